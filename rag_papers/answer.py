@@ -1,0 +1,271 @@
+"""Answer stage: prompt from ``prompts/``, context budgeting, streaming, citation checks, refusal.
+
+Grounding is enforced here, not trusted to the model: when retrieval says nothing is
+relevant no LLM is called, and a citation that does not point at a source in the
+prompt is cut out of the stream before the user sees it (and reported).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from rag_papers.config import Settings
+from rag_papers.corpus import Paper
+from rag_papers.llm import Backend, Message, estimate_tokens
+from rag_papers.retrieve import Hit, SearchResult
+
+
+@lru_cache(maxsize=32)
+def _read_prompt(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+def load_prompt(settings: Settings, name: str) -> str:
+    path = settings.prompts_dir / f"{name}.txt"
+    if not path.is_file():
+        from rag_papers import RagPapersError
+
+        raise RagPapersError(f"prompt template {path} is missing (prompts_dir={settings.prompts_dir})")
+    return _read_prompt(path)
+
+
+@dataclass
+class Source:
+    n: int
+    id: str
+    title: str
+    score: float
+    passage: str
+    year: int | None = None
+    venue: str | None = None
+
+
+@dataclass
+class Answer:
+    question: str
+    answer: str
+    citations: list[str]
+    sources: list[Source]
+    refused: bool
+    backend: str
+    model: str | None
+    timings: dict[str, float] = field(default_factory=dict)
+    removed_citations: list[str] = field(default_factory=list)
+    notice: str | None = None
+    search: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("search")
+        return d
+
+
+# ------------------------------------------------------------------ citations
+_CITE = re.compile(r"\[(\s*\d+\s*(?:[,;]\s*\d+\s*)*)\]")
+
+
+class CitationFilter:
+    """Streaming filter: holds back text from '[' until the bracket closes, then keeps only valid numbers.
+
+    What the user sees while streaming is exactly the final, checked answer.
+    """
+
+    def __init__(self, n_sources: int) -> None:
+        self.n = n_sources
+        self.pending = ""
+        self.used: list[int] = []
+        self.removed: list[str] = []
+
+    def _check(self, token: str) -> str:
+        m = _CITE.fullmatch(token)
+        if not m:
+            return token
+        nums = [int(x) for x in re.split(r"[,;]", m.group(1))]
+        good = [x for x in nums if 1 <= x <= self.n]
+        self.removed.extend(f"[{x}]" for x in nums if not 1 <= x <= self.n)
+        for x in good:
+            if x not in self.used:
+                self.used.append(x)
+        return "".join(f"[{x}]" for x in good)
+
+    def feed(self, text: str) -> str:
+        out: list[str] = []
+        for ch in text:
+            if self.pending:
+                self.pending += ch
+                if ch == "]":
+                    out.append(self._check(self.pending))
+                    self.pending = ""
+                elif len(self.pending) > 16 or ch == "\n" or (ch == "[" and len(self.pending) > 1):
+                    out.append(self.pending[:-1])
+                    self.pending = ch if ch == "[" else ""
+                    if ch != "[":
+                        out.append(ch)
+            elif ch == "[":
+                self.pending = ch
+            else:
+                out.append(ch)
+        return "".join(out)
+
+    def flush(self) -> str:
+        rest, self.pending = self.pending, ""
+        return rest
+
+
+def tidy(text: str) -> str:
+    """Spaces left where citations were removed."""
+    text = re.sub(r"[ \t]+([.,;:!?])", r"\1", text)
+    return re.sub(r"[ \t]{2,}", " ", text).strip()
+
+
+# ------------------------------------------------------------------- prompting
+def _sources(result: SearchResult, limit: int) -> list[tuple[Hit, Paper]]:
+    return [(h, result.papers[h.id]) for h in result.results[:limit] if h.id in result.papers]
+
+
+def build_messages(
+    question: str, result: SearchResult, settings: Settings, context_window: int, max_tokens: int
+) -> tuple[list[Message], list[tuple[Hit, Paper]]]:
+    """Fit as many top papers as the model's window allows (the last one cut at a sentence)."""
+    system = load_prompt(settings, "answer_system")
+    user_t = load_prompt(settings, "answer_user")
+    source_t = load_prompt(settings, "source")
+    budget = context_window - max_tokens - estimate_tokens(system + user_t + question) - 64
+    blocks: list[str] = []
+    used: list[tuple[Hit, Paper]] = []
+    for hit, paper in _sources(result, settings.context_papers):
+        block = source_t.format(n=len(used) + 1, title=paper.title, id=paper.id, abstract=paper.abstract).strip()
+        cost = estimate_tokens(block)
+        if cost > budget:
+            sentences = re.split(r"(?<=[.!?])\s+", paper.abstract)
+            while sentences and estimate_tokens(" ".join(sentences)) + 40 > budget:
+                sentences.pop()
+            if not sentences or used and budget < 120:
+                break
+            block = source_t.format(n=len(used) + 1, title=paper.title, id=paper.id, abstract=" ".join(sentences)).strip()
+            cost = estimate_tokens(block)
+        blocks.append(block)
+        used.append((hit, paper))
+        budget -= cost
+        if budget <= 0:
+            break
+    user = user_t.format(sources="\n\n".join(blocks), question=question)
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}], used
+
+
+# ------------------------------------------------------------------ extractive
+def _sentences(text: str) -> list[str]:
+    return [s.strip() for s in re.split(r"(?<=[.!?])\s+(?=[A-Z$\\(])", text) if len(s.split()) >= 4]
+
+
+def extractive(question: str, used: list[tuple[Hit, Paper]], embedder: Any, settings: Settings) -> Iterator[str]:
+    """No LLM: quote the sentences of the top papers closest to the question, each cited.
+
+    Papers far below the best one are left out so a quote never cites an unrelated paper.
+    """
+    import numpy as np
+
+    if not used:
+        return
+    top = used[0][0].score
+    keep = [(h, p) for h, p in used[:3] if h.score >= top * 0.8] or used[:1]
+    cands: list[tuple[int, str]] = []
+    for n, (_, paper) in enumerate(keep, 1):
+        cands.extend((n, s) for s in _sentences(paper.abstract))
+    if not cands:
+        cands = [(1, keep[0][1].abstract)]
+    q = np.asarray(embedder.embed_query(question))
+    m = np.asarray(embedder.embed_documents([s for _, s in cands]))
+    sims = m @ q
+    yield load_prompt(settings, "extractive_intro").strip() + "\n"
+    for n in range(1, len(keep) + 1):
+        idx = [i for i, (k, _) in enumerate(cands) if k == n]
+        best = sorted(idx, key=lambda i: -sims[i])[: 2 if n == 1 else 1]
+        for i in sorted(best):
+            yield f"- {cands[i][1]} [{n}]\n"
+
+
+# ---------------------------------------------------------------------- answer
+class AnswerStream:
+    """Iterate for checked text chunks; ``.answer`` holds the full ``Answer`` once done."""
+
+    def __init__(
+        self,
+        question: str,
+        result: SearchResult,
+        backend: Backend | None,
+        settings: Settings,
+        embedder: Any = None,
+        backend_note: str = "",
+    ) -> None:
+        self.question = question
+        self.result = result
+        self.backend = backend
+        self.settings = settings
+        self.embedder = embedder
+        self.backend_note = backend_note
+        self.answer: Answer | None = None
+
+    def __iter__(self) -> Iterator[str]:
+        s = self.settings
+        t0 = time.perf_counter()
+        name = self.backend.name if self.backend else "extractive"
+        model = self.backend.model if self.backend else None
+        timings = {"retrieval_ms": self.result.timings.get("total_ms", 0.0)}
+        if not self.result.relevant:
+            text = load_prompt(s, "refusal").strip()
+            yield text
+            self.answer = Answer(
+                self.question, text, [], [], True, "none", None, timings, notice="not relevant: no LLM called",
+                search=self.result.to_dict(),
+            )
+            return
+        if self.backend is None:
+            used = _sources(self.result, s.context_papers)
+            chunks: Iterator[str] = extractive(self.question, used, self.embedder, s)
+        else:
+            messages, used = build_messages(
+                self.question, self.result, s, self.backend.context_window, s.max_answer_tokens
+            )
+            chunks = self.backend.stream(messages, s.max_answer_tokens)
+        filt = CitationFilter(len(used))
+        parts: list[str] = []
+        first: float | None = None
+        for chunk in chunks:
+            out = filt.feed(chunk)
+            if out:
+                if first is None:
+                    first = time.perf_counter()
+                parts.append(out)
+                yield out
+        rest = filt.flush()
+        if rest:
+            parts.append(rest)
+            yield rest
+        timings["first_token_ms"] = round(((first or time.perf_counter()) - t0) * 1000, 2)
+        timings["generation_ms"] = round((time.perf_counter() - t0) * 1000, 2)
+        sources = [
+            Source(n, h.id, p.title, h.score, h.passage, p.year, p.venue) for n, (h, p) in enumerate(used, 1)
+        ]
+        cited = [sources[i - 1].id for i in filt.used]
+        notice = self.backend_note or None
+        if filt.removed:
+            notice = f"removed citations to sources that were not given: {', '.join(filt.removed)}"
+        elif not cited:
+            notice = "the answer cites no source; treat it with care"
+        self.answer = Answer(
+            self.question, tidy("".join(parts)), cited, sources, False, name, model, timings, filt.removed, notice,
+            search=self.result.to_dict(),
+        )
+
+    def run(self) -> Answer:
+        for _ in self:
+            pass
+        assert self.answer is not None
+        return self.answer

