@@ -56,30 +56,14 @@ def content_hash(abstract: str) -> str:
 
 
 _STOP = set(
-    """a an the and or of for to in on with by from as at into via over under than then that this these those
-    is are was were be been being it its their our we us they them which who whom whose what when where while
-    can could may might should would will not no nor but also both each such more most less many much very
-    however thus therefore moreover furthermore yet still only even across between within without about
-    through during before after above below up down out off again further once here there all any few other
-    some own same so too just do does did doing has have had having i you he she his her my your if because
-    until against among upon per e g eg ie i.e etc""".split()
+    ["a", "an", "the", "and", "or", "of", "for", "to", "in", "on", "with", "by", "from", "as", "at", "into", "via", "over", "under", "than", "then", "that", "this", "these", "those", "is", "are", "was", "were", "be", "been", "being", "it", "its", "their", "our", "we", "us", "they", "them", "which", "who", "whom", "whose", "what", "when", "where", "while", "can", "could", "may", "might", "should", "would", "will", "not", "no", "nor", "but", "also", "both", "each", "such", "more", "most", "less", "many", "much", "very", "however", "thus", "therefore", "moreover", "furthermore", "yet", "still", "only", "even", "across", "between", "within", "without", "about", "through", "during", "before", "after", "above", "below", "up", "down", "out", "off", "again", "further", "once", "here", "there", "all", "any", "few", "other", "some", "own", "same", "so", "too", "just", "do", "does", "did", "doing", "has", "have", "had", "having", "i", "you", "he", "she", "his", "her", "my", "your", "if", "because", "until", "against", "among", "upon", "per", "e", "g", "eg", "ie", "i.e", "etc"]
 )
 # Words that are everywhere in abstracts and say nothing about the topic.
 _GENERIC = set(
-    """propose proposes proposed introduce introduces introduced present presents presented paper work works
-    method methods approach approaches model models framework results result show shows shown demonstrate
-    demonstrates demonstrated novel new existing recent recently state art experiments experimental extensive
-    performance significantly significant achieve achieves achieving based using use used uses via key
-    task tasks data problem problems effective effectively efficient efficiency simple well various wide range
-    strong remarkable substantial improve improves improved improvement improvements outperforms large
-    study studies analysis first second however code available github https www com approach remain remains
-    challenge challenges challenging learning learn typically widely regarded vital role growing adoption
-    promising alternative well-designed extends involves capture crucial often usually highly inherently
-    main important common commonly increasingly emerging despite particular specifically given""".split()
+    ["propose", "proposes", "proposed", "introduce", "introduces", "introduced", "present", "presents", "presented", "paper", "work", "works", "method", "methods", "approach", "approaches", "model", "models", "framework", "results", "result", "show", "shows", "shown", "demonstrate", "demonstrates", "demonstrated", "novel", "new", "existing", "recent", "recently", "state", "art", "experiments", "experimental", "extensive", "performance", "significantly", "significant", "achieve", "achieves", "achieving", "based", "using", "use", "used", "uses", "via", "key", "task", "tasks", "data", "problem", "problems", "effective", "effectively", "efficient", "efficiency", "simple", "well", "various", "wide", "range", "strong", "remarkable", "substantial", "improve", "improves", "improved", "improvement", "improvements", "outperforms", "large", "study", "studies", "analysis", "first", "second", "however", "code", "available", "github", "https", "www", "com", "approach", "remain", "remains", "challenge", "challenges", "challenging", "learning", "learn", "typically", "widely", "regarded", "vital", "role", "growing", "adoption", "promising", "alternative", "well-designed", "extends", "involves", "capture", "crucial", "often", "usually", "highly", "inherently", "main", "important", "common", "commonly", "increasingly", "emerging", "despite", "particular", "specifically", "given"]
 )
 _GENERIC_ACRONYMS = set(
-    """AI ML RL NLP LLM LLMs LM LMs GPU GPUs CPU SGD RNN CNN GNN GNNs ICL QA MoE PEFT SVD PCA DNA RNA SE
-    ELBO MLP MLPs ReLU ViT ViTs SOTA API CoT SFT KL IID OOD TPS NP AND OR NTK""".split()
+    ["AI", "ML", "RL", "NLP", "LLM", "LLMs", "LM", "LMs", "GPU", "GPUs", "CPU", "SGD", "RNN", "CNN", "GNN", "GNNs", "ICL", "QA", "MoE", "PEFT", "SVD", "PCA", "DNA", "RNA", "SE", "ELBO", "MLP", "MLPs", "ReLU", "ViT", "ViTs", "SOTA", "API", "CoT", "SFT", "KL", "IID", "OOD", "TPS", "NP", "AND", "OR", "NTK"]
 )
 _INTRO = re.compile(
     r"\b(?:we|this (?:work|paper)|our)\b[^.]*?\b(?:propose|introduce|present|develop|design|call|name|dub|term|coin)\w*",

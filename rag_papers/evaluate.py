@@ -322,7 +322,7 @@ def run_eval(
     (out / "results.json").write_text(json.dumps(report, indent=1))
     (out / "report.md").write_text(markdown(results, meta, ans))
     chart(results, out / "chart.png")
-    report["table"] = table(results)
+    report["table"] = table(results)  # type: ignore[assignment]
     return report
 
 

