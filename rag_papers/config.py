@@ -113,10 +113,6 @@ class Settings(BaseSettings):
     def db_path(self) -> Path:
         return self.home / "papers.sqlite"
 
-    @property
-    def bm25_dir(self) -> Path:
-        return self.home / "bm25"
-
 
 PRESETS: dict[str, dict[str, Any]] = {
     # Best quality here: hybrid retrieval, more candidates.

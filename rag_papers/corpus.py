@@ -55,7 +55,7 @@ def content_hash(abstract: str) -> str:
     return hashlib.sha256(key.encode("utf-8")).hexdigest()[:16]
 
 
-_STOP = set(
+STOPWORDS = frozenset(
     ["a", "an", "the", "and", "or", "of", "for", "to", "in", "on", "with", "by", "from", "as", "at", "into", "via", "over", "under", "than", "then", "that", "this", "these", "those", "is", "are", "was", "were", "be", "been", "being", "it", "its", "their", "our", "we", "us", "they", "them", "which", "who", "whom", "whose", "what", "when", "where", "while", "can", "could", "may", "might", "should", "would", "will", "not", "no", "nor", "but", "also", "both", "each", "such", "more", "most", "less", "many", "much", "very", "however", "thus", "therefore", "moreover", "furthermore", "yet", "still", "only", "even", "across", "between", "within", "without", "about", "through", "during", "before", "after", "above", "below", "up", "down", "out", "off", "again", "further", "once", "here", "there", "all", "any", "few", "other", "some", "own", "same", "so", "too", "just", "do", "does", "did", "doing", "has", "have", "had", "having", "i", "you", "he", "she", "his", "her", "my", "your", "if", "because", "until", "against", "among", "upon", "per", "e", "g", "eg", "ie", "i.e", "etc"]
 )
 # Words that are everywhere in abstracts and say nothing about the topic.
@@ -142,7 +142,7 @@ def _topic_phrases(abstract: str, n: int = 2, exclude: str | None = None) -> lis
         words = re.findall(r"[A-Za-z][A-Za-z0-9'-]*", sentence)
         for a, b in zip(words, words[1:]):
             ka, kb = a.lower(), b.lower()
-            if any(w in _STOP or w in _GENERIC or len(w) < 3 for w in (ka, kb)):
+            if any(w in STOPWORDS or w in _GENERIC or len(w) < 3 for w in (ka, kb)):
                 continue
             key = (ka, kb)
             counts[key] += 1
@@ -162,7 +162,7 @@ def _topic_phrases(abstract: str, n: int = 2, exclude: str | None = None) -> lis
         if len(chosen) == n:
             break
     if not chosen:  # very short abstract: fall back to its first content words
-        words = [w for w in re.findall(r"[A-Za-z][\w-]*", abstract) if w.lower() not in _STOP]
+        words = [w for w in re.findall(r"[A-Za-z][\w-]*", abstract) if w.lower() not in STOPWORDS]
         chosen = [" ".join(words[:4])]
     return chosen
 

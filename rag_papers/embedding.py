@@ -61,11 +61,10 @@ class Embedder:
         get_dim = getattr(st, "get_embedding_dimension", None) or st.get_sentence_embedding_dimension
         self.dim: int = int(get_dim() or 0)
         self.tokenizer = st.tokenizer
-        # Token counts of whole abstracts exceed the window on purpose (for chunking): no warning.
-        self.tokenizer.model_max_length = 1_000_000
 
     def count_tokens(self, text: str) -> list[int]:
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
+        # verbose=False: counting whole abstracts past the window is the point (chunking), not an error.
+        return list(self.tokenizer.encode(text, add_special_tokens=False, verbose=False))
 
     def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
         return [list(v) for v in self._emb.get_text_embedding_batch(list(texts))]

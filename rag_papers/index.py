@@ -6,15 +6,15 @@ Three stores, one source of truth:
   previous index usable and a rerun resumes where it stopped;
 - the Chroma collection (embedded or server) holds chunk vectors, through llama-index's
   ``ChromaVectorStore``; hits whose paper is not in the registry are ignored;
-- a bm25s keyword index over whole papers, rebuilt atomically after an ingest changes
-  anything.
+- an SQLite FTS5 keyword index over whole papers, in the registry's own database, so
+  it changes in the same transaction as the paper rows and never needs a rebuild.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import shutil
+import re
 import sqlite3
 import sys
 import time
@@ -26,7 +26,7 @@ from typing import Any
 
 from rag_papers import RagPapersError
 from rag_papers.config import SCHEMA_VERSION, Settings
-from rag_papers.corpus import Paper, content_hash, derive_title, expand_paths, read_file, to_paper, validate
+from rag_papers.corpus import STOPWORDS, Paper, content_hash, derive_title, expand_paths, read_file, to_paper, validate
 from rag_papers.embedding import Embedder
 
 
@@ -56,6 +56,11 @@ CREATE TABLE IF NOT EXISTS sources (
     paper_id TEXT NOT NULL, file TEXT NOT NULL, loc TEXT NOT NULL, PRIMARY KEY (paper_id, file, loc)
 );
 CREATE INDEX IF NOT EXISTS sources_file ON sources(file);
+CREATE VIRTUAL TABLE IF NOT EXISTS papers_fts USING fts5(text, tokenize='unicode61');
+CREATE VIRTUAL TABLE IF NOT EXISTS papers_vocab USING fts5vocab(papers_fts, 'row');
+CREATE TRIGGER IF NOT EXISTS papers_fts_delete AFTER DELETE ON papers BEGIN
+    DELETE FROM papers_fts WHERE rowid = old.seq;
+END;
 """
 
 
@@ -110,9 +115,6 @@ class Index:
         self._client: Any = None
         self._store: Any = None
         self._doc_store: Any = None
-        self._bm25: Any = None
-        self._bm25_ids: list[str] | None = None
-        self._bm25_mtime = 0.0
 
     # ---- lazy heavy parts
     @property
@@ -269,37 +271,35 @@ class Index:
         known = self.get([h.paper_id for h in hits])  # ignore vectors of half-ingested papers
         return [h for h in hits if h.paper_id in known][:n]
 
-    # ---- keyword index
-    def _load_bm25(self) -> None:
-        path = self.settings.bm25_dir
-        marker = path / "ids.json"
-        if not marker.exists():
-            self._bm25, self._bm25_ids = None, []
-            return
-        mtime = marker.stat().st_mtime
-        if self._bm25 is not None and mtime == self._bm25_mtime:
-            return
-        import bm25s
-
-        self._bm25 = bm25s.BM25.load(str(path), mmap=False)
-        self._bm25_ids = json.loads(marker.read_text())
-        self._bm25_mtime = mtime
-
+    # ---- keyword index (SQLite FTS5: incremental, on disk, same transaction as the registry)
     def keyword(self, query: str, n: int) -> list[tuple[str, float]]:
-        self._load_bm25()
-        if self._bm25 is None or not self._bm25_ids:
+        """Top papers by BM25 (FTS5's ``bm25()``, k1=1.2, b=0.75) over stemmed title + abstract."""
+        terms = self._useful_terms(query)
+        if not terms:
             return []
-        import bm25s
+        match = " OR ".join(f'"{t}"' for t in terms)
+        rows = self.db.execute(
+            "SELECT p.id, -bm25(papers_fts) AS s FROM papers_fts JOIN papers p ON p.seq = papers_fts.rowid "
+            "WHERE papers_fts MATCH ? ORDER BY bm25(papers_fts) LIMIT ?",
+            (match, n),
+        ).fetchall()
+        return [(r[0], float(r[1])) for r in rows if r[1] > 0]
 
-        tokens = bm25s.tokenize([query], stopwords="en", stemmer=_stemmer(), show_progress=False, return_ids=False)
-        vocab = self._bm25.vocab_dict
-        q = [t for t in tokens[0] if t in vocab]
-        if not q:
-            return []
-        k = min(n, len(self._bm25_ids))
-        docs, scores = self._bm25.retrieve([q], k=k, show_progress=False, n_threads=1)
-        ids = self._bm25_ids
-        return [(ids[int(d)], float(s)) for d, s in zip(docs[0], scores[0]) if s > 0]
+    def _term_stats(self, query: str) -> tuple[int, list[tuple[str, int]]]:
+        terms = list(dict.fromkeys(keyword_tokens(query)))
+        n_docs = self.count()
+        if not terms or not n_docs:
+            return n_docs, []
+        marks = ",".join("?" * len(terms))
+        df = dict(self.db.execute(f"SELECT term, doc FROM papers_vocab WHERE term IN ({marks})", terms).fetchall())
+        return n_docs, [(t, int(df.get(t, 0))) for t in terms]
+
+    def _useful_terms(self, query: str) -> list[str]:
+        """Known terms, minus those in most papers (FTS5 gives them ~zero idf; they only cost time)."""
+        n_docs, stats = self._term_stats(query)
+        known = [(t, df) for t, df in stats if df]
+        rare = [t for t, df in known if df <= n_docs / 2]
+        return rare or [t for t, _ in known]
 
     def bm25_max_idf(self, query: str) -> tuple[float, float]:
         """Sum of the query terms' idf: normalises BM25 scores to "share of the query matched".
@@ -310,55 +310,14 @@ class Index:
         the corpus never mentions ("boil an egg") does not look like a strong match
         because one of its words ("long") happens to occur.
         """
-        self._load_bm25()
-        if self._bm25 is None or not self._bm25_ids:
-            return 0.0, 0.0
-        import bm25s
-
-        tokens = bm25s.tokenize([query], stopwords="en", stemmer=_stemmer(), show_progress=False, return_ids=False)
-        vocab = self._bm25.vocab_dict
-        n_docs = len(self._bm25_ids)
+        n_docs, stats = self._term_stats(query)
         known = total = 0.0
-        for t in set(tokens[0]):
-            df = self._doc_freq(vocab[t]) if t in vocab else 0
-            idf = math.log(1 + (n_docs - df + 0.5) / (df + 0.5))
+        for _, df in stats:
+            idf = math.log(1 + (n_docs - df + 0.5) / (df + 0.5))  # Lucene idf: never negative
             total += idf
             if df:
                 known += idf
         return known, total
-
-    def _doc_freq(self, token_id: int) -> int:
-        scores = self._bm25.scores
-        indptr = scores["indptr"]
-        return int(indptr[token_id + 1] - indptr[token_id])
-
-    def rebuild_keyword_index(self) -> None:
-        """Rebuild the BM25 index from the registry and swap it in atomically."""
-        import bm25s
-
-        ids: list[str] = []
-        texts: list[str] = []
-        for pid, title, abstract in self.db.execute("SELECT id, title, abstract FROM papers ORDER BY seq"):
-            ids.append(pid)
-            texts.append(f"{title}. {abstract}")
-        final = self.settings.bm25_dir
-        tmp = final.with_name(final.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        if ids:
-            tokens = bm25s.tokenize(texts, stopwords="en", stemmer=_stemmer(), show_progress=False)
-            retriever = bm25s.BM25()
-            retriever.index(tokens, show_progress=False)
-            retriever.save(str(tmp))
-        else:
-            tmp.mkdir(parents=True)
-        (tmp / "ids.json").write_text(json.dumps(ids))
-        old = final.with_name(final.name + ".old")
-        shutil.rmtree(old, ignore_errors=True)
-        if final.exists():
-            final.rename(old)
-        tmp.rename(final)
-        shutil.rmtree(old, ignore_errors=True)
-        self._bm25 = None
 
     # ---- writing
     def _unique_title(self, abstract: str, wanted: str, pid: str, derived: bool) -> str:
@@ -408,6 +367,10 @@ class Index:
                     "VALUES (?,?,?,?,?,?,?,?,?,?)",
                     (paper.id, content_hash(paper.abstract), paper.title, paper.abstract, paper.year, paper.venue,
                      json.dumps(paper.authors) if paper.authors else None, paper.url, n_chunks, seq),
+                )
+                self.db.execute(
+                    "INSERT INTO papers_fts (rowid, text) VALUES (?, ?)",
+                    (seq, " ".join(keyword_tokens(f"{paper.title}. {paper.abstract}"))),
                 )
                 for src in paper.sources:
                     file, _, loc = src.rpartition(":")
@@ -478,8 +441,6 @@ class Index:
         removed = self._sync_sources([str(f.resolve()) for f in files])
         report.removed = len(removed)
         report.removed_ids = removed
-        if report.added or report.removed or not (self.settings.bm25_dir / "ids.json").exists():
-            self.rebuild_keyword_index()
         report.total = self.count()
         report.seconds = round(time.perf_counter() - t0, 3)
         return report
@@ -513,8 +474,6 @@ class Index:
                 self.db.execute("DELETE FROM sources WHERE paper_id=?", (pid,))
                 self.db.execute("DELETE FROM papers WHERE id=?", (pid,))
         self._delete_vectors(known)
-        if known:
-            self.rebuild_keyword_index()
         return len(known)
 
     def clear(self) -> None:
@@ -530,8 +489,7 @@ class Index:
             self.db.execute("DELETE FROM sources")
             self.db.execute("DELETE FROM papers")
             self.db.execute("DELETE FROM meta")
-        shutil.rmtree(self.settings.bm25_dir, ignore_errors=True)
-        self._bm25 = None
+            self.db.execute("DELETE FROM papers_fts")
 
     def close(self) -> None:
         with closing(self.db):
@@ -549,6 +507,14 @@ def _node_meta(paper: Paper, chunk: int) -> dict[str, Any]:
 
 
 _STEMMER: Any = None
+_WORD = re.compile(r"(?u)\b\w\w+\b")
+
+
+def keyword_tokens(text: str) -> list[str]:
+    """Lower-cased, stop-word-free, Snowball-stemmed words: what the keyword index stores and matches."""
+    stem = _stemmer().stemWords
+    return list(stem([w for w in _WORD.findall(text.lower()) if w not in STOPWORDS]))
+
 
 
 def _stemmer() -> Any:

@@ -210,7 +210,7 @@ def chat_messages(state: UIState | None) -> list[dict[str, str]]:
     if state is None:
         return out
     for i, ex in enumerate(state.exchanges):
-        out.append({"role": "user", "content": ex.question})
+        out.append({"role": "user", "content": html.escape(ex.question, quote=False)})
         out.append({"role": "assistant", "content": render_exchange(i, ex, state.show_rewrite)})
     return out
 
@@ -267,7 +267,10 @@ def sources_panel(state: UIState | None) -> str:
             f'<a class="rp-src-title" href="#cite-{idx}-{it.n}"><span class="rp-num">[{it.n}]</span> {_esc(it.title)}</a>'
             f'<div class="rp-src-meta">{" · ".join(meta)}</div>{body}</div>'
         )
-    legend = '<mark class="rp-quoted">quoted in the answer</mark> <mark>retrieved passage</mark>'
+    if ex.mode == "answer" and not ex.refused:
+        legend = '<mark class="rp-quoted">quoted in the answer</mark> <mark>retrieved passage</mark>'
+    else:
+        legend = "<mark>retrieved passage</mark>"
     return (
         f'<div class="rp-sources"><div class="rp-src-head"><b>{title}</b> for “{_esc(_clip(ex.question, 80))}”'
         f'<div class="rp-legend">{legend}</div></div>{"".join(cards)}</div>'
@@ -325,8 +328,13 @@ window.__rpCite = (ev) => {
 };
 document.addEventListener('click', window.__rpCite, true);
 watch('value', () => {
+  // Keep the opened paper in view inside the panel (the first one: show the panel's heading too).
+  const box = element.closest('.html-container') || element.parentElement;
+  const cards = element.querySelectorAll('.rp-src');
   const s = element.querySelector('.rp-src.selected');
-  if (s && s.scrollIntoView) s.scrollIntoView({block: 'nearest'});
+  if (!box) return;
+  if (!s || s === cards[0]) { box.scrollTop = 0; return; }
+  box.scrollTop += s.getBoundingClientRect().top - box.getBoundingClientRect().top - 8;
 });
 """
 
@@ -370,8 +378,8 @@ ol.rp-hits li { margin-bottom: 8px; }
 #rp-sources-col { gap: 8px; }
 #rp-source-pick { padding: 4px 8px !important; }
 #rp-source-pick .wrap { gap: 4px; }
-#rp-panel { border: 1px solid var(--border-color-primary); border-radius: var(--radius-lg);
-  background: var(--background-fill-primary); padding: 12px 14px; }
+#rp-panel { background: var(--background-fill-primary); padding: 12px 14px; }
+#rp-source-pick { border-bottom: 1px solid var(--border-color-primary) !important; }
 .rp-sources .rp-src-head { font-size: 0.92rem; margin-bottom: 8px; }
 .rp-legend { margin-top: 4px; font-size: 0.74rem; color: var(--body-text-color-subdued); }
 .rp-legend mark { padding: 0 4px; }
@@ -381,7 +389,7 @@ ol.rp-hits li { margin-bottom: 8px; }
   box-shadow: 0 1px 6px rgba(0,0,0,0.06); }
 .rp-src.cited .rp-num { color: var(--color-accent); }
 a.rp-src-title { font-weight: 700; text-decoration: none !important; color: var(--body-text-color) !important;
-  display: block; line-height: 1.35; }
+  display: block; line-height: 1.35; text-align: left !important; padding: 0 !important; margin: 0 !important; }
 a.rp-src-title:hover { color: var(--color-accent) !important; }
 .rp-num { font-family: var(--font-mono); font-size: 0.85em; margin-right: 2px; color: var(--body-text-color-subdued); }
 .rp-src-meta { font-size: 0.76rem; color: var(--body-text-color-subdued); margin: 3px 0 4px; }
@@ -394,8 +402,13 @@ a.rp-src-title:hover { color: var(--color-accent) !important; }
 .dark .rp-abstract mark.rp-quoted, .dark .rp-legend mark.rp-quoted { background: #a16207; }
 .rp-empty { text-align: center; color: var(--body-text-color-subdued); padding: 36px 16px; font-size: 0.92rem; }
 .rp-empty-icon { width: 44px; height: 44px; margin: 0 auto 8px; color: var(--primary-400); }
-#rp-controls { align-items: center; gap: 10px; }
-#rp-controls > * { min-width: 0 !important; }
+#rp-controls { align-items: center; gap: 6px 14px; flex-wrap: wrap; }
+#rp-controls > .block { border: none !important; background: transparent !important; box-shadow: none !important;
+  padding: 2px 0 !important; flex: 0 0 auto !important; width: auto !important; min-width: 0 !important; }
+#rp-controls .label-text { white-space: nowrap; font-size: 0.9rem; }
+#rp-controls > button { flex: 0 0 auto !important; }
+#rp-new { margin-left: auto; }
+.rp-sources { text-align: left; }
 #rp-send { min-width: 90px !important; }
 footer { opacity: 0.7; }
 """
@@ -750,7 +763,7 @@ class ChatApp:
                     chatbot = gr.Chatbot(
                         label="Conversation",
                         show_label=False,
-                        height=560,
+                        height=600,
                         elem_id="rp-chat",
                         placeholder="**Ask about the indexed papers.**<br>Answers stream in with citations like [1]; "
                         "click one to read the paper's abstract.",
@@ -785,12 +798,13 @@ class ChatApp:
                             "Export .md", value=None, size="md", interactive=False, elem_id="rp-export", min_width=110, scale=1,
                         )
                 with gr.Column(scale=5, min_width=340, elem_id="rp-sources-col"):
-                    picker = gr.Radio(
-                        choices=[], label="Show source", visible=False, elem_id="rp-source-pick", container=True,
-                    )
-                    panel = gr.HTML(
-                        EMPTY_PANEL, elem_id="rp-panel", js_on_load=JS_ON_LOAD, max_height=620, padding=False,
-                    )
+                    with gr.Group(elem_id="rp-sources-card"):
+                        picker = gr.Radio(
+                            choices=[], label="Show source", visible=False, elem_id="rp-source-pick", container=True,
+                        )
+                        panel = gr.HTML(
+                            EMPTY_PANEL, elem_id="rp-panel", js_on_load=JS_ON_LOAD, max_height=560, padding=False,
+                        )
                     with gr.Accordion("Answering and retrieval settings", open=False, elem_id="rp-settings"):
                         with gr.Row():
                             backend = gr.Dropdown(
@@ -799,7 +813,7 @@ class ChatApp:
                             )
                             model = gr.Textbox(
                                 value=self.model, label="Model", scale=3, elem_id="rp-model",
-                                placeholder=f"default: {s.ollama_model} (ollama) / SmolLM2 GGUF (llamacpp)",
+                                placeholder=f"backend default ({s.ollama_model} for Ollama)",
                             )
                         refresh = gr.Button("↻ Check LLM", size="sm")
                         top_k = gr.Slider(1, 20, value=s.top_k, step=1, label="Papers retrieved (top k)", elem_id="rp-topk")
@@ -851,7 +865,7 @@ class ChatApp:
             stop.click(self.stop, [state], chat_outputs, cancels=[answer_typed, answer_example], queue=False, api_visibility="private")
             new.click(
                 self.new_chat, [state], [chatbot, panel, picker, state, export, stop, msg],
-                api_name="new_chat", queue=False,
+                api_name="new_chat", queue=False, cancels=[answer_typed, answer_example],
             )
             picker.input(self.select_source, [picker, state], [panel, state], queue=False, api_visibility="private")
             panel.cite(self.on_cite, [state], [panel, picker, state], queue=False, api_visibility="private")  # type: ignore[attr-defined]
