@@ -161,7 +161,9 @@ def build_messages(
 
 # ------------------------------------------------------------------ extractive
 def _sentences(text: str) -> list[str]:
-    return [s.strip() for s in re.split(r"(?<=[.!?])\s+(?=[A-Z$\\(])", text) if len(s.split()) >= 4]
+    """Quotable sentences: links to code or data answer nothing, so they are left out."""
+    parts = [s.strip() for s in re.split(r"(?<=[.!?])\s+(?=[A-Z$\\(])", text)]
+    return [s for s in parts if len(s.split()) >= 4 and not re.search(r"https?://|github\.com|\bwww\.", s)]
 
 
 def extractive(question: str, used: list[tuple[Hit, Paper]], embedder: Any, settings: Settings) -> Iterator[str]:

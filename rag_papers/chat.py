@@ -9,7 +9,7 @@ and vector-store layers and do the orchestration here.
 from __future__ import annotations
 
 import re
-import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -27,8 +27,10 @@ class Engine:
         self.settings = settings
         self.index = index or Index(settings)
         self.index.check_model()
+        t0 = time.perf_counter()
+        self.index.embedder  # noqa: B018 - load the model now so query timings measure queries only
+        self.load_ms = round((time.perf_counter() - t0) * 1000, 1)
         self.retriever = Retriever(self.index, settings)
-        self._lock = threading.Lock()
 
     def search(self, query: str, top_k: int | None = None, filters: Filters | None = None) -> SearchResult:
         return self.retriever.search(query, top_k, filters)

@@ -212,7 +212,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
         for s in answer.sources:
             mark = "*" if s.id in answer.citations else " "
             print(f"{mark}[{s.n}] {s.title}  ({s.id})")
-    if answer.notice and not answer.refused:
+    if answer.notice and not answer.refused and answer.notice != note:
         print(f"\nNote: {answer.notice}")
     t = answer.timings
     print(

@@ -510,8 +510,16 @@ _STEMMER: Any = None
 _WORD = re.compile(r"(?u)\b\w\w+\b")
 
 
+_ACRONYM_PLURAL = re.compile(r"\b([A-Z][A-Z0-9]*[A-Z])s\b")
+
+
 def keyword_tokens(text: str) -> list[str]:
-    """Lower-cased, stop-word-free, Snowball-stemmed words: what the keyword index stores and matches."""
+    """Lower-cased, stop-word-free, Snowball-stemmed words: what the keyword index stores and matches.
+
+    Acronym plurals are singularised first (LLMs -> LLM, GNNs -> GNN): the stemmer
+    would leave "llms" and "llm" as two different words.
+    """
+    text = _ACRONYM_PLURAL.sub(r"\1", text)
     stem = _stemmer().stemWords
     return list(stem([w for w in _WORD.findall(text.lower()) if w not in STOPWORDS]))
 

@@ -164,7 +164,9 @@ def render_exchange(index: int, ex: Exchange, show_rewrite: bool) -> str:
     """The assistant message (Markdown with a little HTML) for one exchange."""
     parts: list[str] = []
     if show_rewrite and ex.standalone and ex.standalone != ex.question:
-        parts.append(f'<div class="rp-searched"><span class="rp-label">Searched for</span> <em>{_esc(ex.standalone)}</em></div>')
+        parts.append(
+            f'<div class="rp-searched"><span class="rp-label">Searched for</span> <em>{_esc(ex.standalone)}</em></div>'
+        )
     if ex.mode == "search" and ex.done and not ex.error:
         parts.append(_render_hits(index, ex))
     elif ex.text:
@@ -224,7 +226,7 @@ BOOK_SVG = (
 EMPTY_PANEL = (
     f'<div class="rp-empty"><div class="rp-empty-icon">{BOOK_SVG}</div>'
     "<p><b>Sources appear here.</b></p>"
-    "<p>Each answer cites the abstracts it draws on, like <span class=\"rp-cite\">[1]</span>. "
+    '<p>Each answer cites the abstracts it draws on, like <span class="rp-cite">[1]</span>. '
     "Click a citation to read that paper's abstract, with the supporting passage highlighted.</p></div>"
 )
 
@@ -288,7 +290,12 @@ def radio_update(state: UIState | None) -> dict[str, Any]:
 
 def export_markdown(state: UIState) -> str:
     """The conversation as Markdown: each question, its answer and a References list."""
-    lines = ["# rag-papers conversation", "", f"_Exported {datetime.now():%Y-%m-%d %H:%M} · rag-papers {__version__}_", ""]
+    lines = [
+        "# rag-papers conversation",
+        "",
+        f"_Exported {datetime.now():%Y-%m-%d %H:%M} · rag-papers {__version__}_",
+        "",
+    ]
     for i, ex in enumerate(state.exchanges, 1):
         if not ex.done:
             continue
@@ -297,7 +304,9 @@ def export_markdown(state: UIState) -> str:
             lines += [f"*Searched for: {ex.standalone}*", ""]
         if ex.mode == "search" and not ex.error:
             lines += ["Retrieval only (no answer generated). Matching papers:", ""]
-            lines += [f"{it.n}. **{it.title}** (`{it.id}`, score {it.score:.3f}): {_clip(it.passage, 300)}" for it in ex.items]
+            lines += [
+                f"{it.n}. **{it.title}** (`{it.id}`, score {it.score:.3f}): {_clip(it.passage, 300)}" for it in ex.items
+            ]
             lines.append("")
         else:
             if ex.refused:
@@ -419,7 +428,11 @@ def _theme() -> gr.themes.Base:
     # so weight 600 renders titles in a mix of fonts.
     font = (gr.themes.LocalFont("Source Sans Pro", weights=(400, 700)), "ui-sans-serif", "system-ui", "sans-serif")
     return gr.themes.Default(
-        primary_hue="indigo", secondary_hue="slate", neutral_hue="slate", radius_size="md", font=font,
+        primary_hue="indigo",
+        secondary_hue="slate",
+        neutral_hue="slate",
+        radius_size="md",
+        font=font,
     )
 
 
@@ -494,8 +507,15 @@ class ChatApp:
 
     @staticmethod
     def _item(
-        n: int, pid: str, title: str, score: float, passage: str, paper: Paper | None,
-        year: int | None, venue: str | None, cited: bool = False,
+        n: int,
+        pid: str,
+        title: str,
+        score: float,
+        passage: str,
+        paper: Paper | None,
+        year: int | None,
+        venue: str | None,
+        cited: bool = False,
     ) -> Item:
         return Item(n, pid, title, score, passage, paper.abstract if paper else "", year, venue, cited)
 
@@ -553,10 +573,26 @@ class ChatApp:
             gr.Warning("Still answering the previous question: wait for it or press Stop.")
             return (question, *self._skip(5), state, gr.skip())
         state.exchanges.append(Exchange(question, "search" if retrieval_only else "answer"))
-        return ("", chat_messages(state), gr.skip(), gr.skip(), gr.skip(), gr.update(visible=True), state, len(state.exchanges) - 1)
+        return (
+            "",
+            chat_messages(state),
+            gr.skip(),
+            gr.skip(),
+            gr.skip(),
+            gr.update(visible=True),
+            state,
+            len(state.exchanges) - 1,
+        )
 
     def run_search(
-        self, pending: int | None, state: UIState | None, top_k: float, year_from: Any, year_to: Any, venue: Any, keyword: Any,
+        self,
+        pending: int | None,
+        state: UIState | None,
+        top_k: float,
+        year_from: Any,
+        year_to: Any,
+        venue: Any,
+        keyword: Any,
     ) -> tuple[Any, ...]:
         """Retrieval-only step: list matching papers without generating (its own concurrency group)."""
         ex = self._claim(state, pending, "search")
@@ -575,8 +611,16 @@ class ChatApp:
         return self._outputs(state, final=True)
 
     def run_answer(
-        self, pending: int | None, state: UIState | None, backend_name: str, model: str, top_k: float,
-        year_from: Any, year_to: Any, venue: Any, keyword: Any,
+        self,
+        pending: int | None,
+        state: UIState | None,
+        backend_name: str,
+        model: str,
+        top_k: float,
+        year_from: Any,
+        year_to: Any,
+        venue: Any,
+        keyword: Any,
     ) -> Iterator[tuple[Any, ...]]:
         """Answer step: condense, retrieve, stream the cited answer token by token."""
         ex = self._claim(state, pending, "answer")
@@ -584,8 +628,9 @@ class ChatApp:
             yield self._skip()
             return
         try:
-            yield from self._stream_answer(state, pending, ex, backend_name, model, int(top_k),
-                                           self.filters(year_from, year_to, venue, keyword))
+            yield from self._stream_answer(
+                state, pending, ex, backend_name, model, int(top_k), self.filters(year_from, year_to, venue, keyword)
+            )
         finally:
             if not ex.done:  # cancelled (Stop, closed tab): leave a consistent history
                 ex.done = True
@@ -593,7 +638,14 @@ class ChatApp:
                 self._forget_failed_turn(state)
 
     def _stream_answer(
-        self, state: UIState, index: int, ex: Exchange, backend_name: str, model: str, top_k: int, filters: Filters,
+        self,
+        state: UIState,
+        index: int,
+        ex: Exchange,
+        backend_name: str,
+        model: str,
+        top_k: int,
+        filters: Filters,
     ) -> Iterator[tuple[Any, ...]]:
         t0 = time.perf_counter()
         try:
@@ -633,7 +685,9 @@ class ChatApp:
             ex.items = self._items_from_result(result, 3)
         else:
             ex.items = [
-                self._item(s.n, s.id, s.title, s.score, s.passage, result.papers.get(s.id), s.year, s.venue, s.id in cited)
+                self._item(
+                    s.n, s.id, s.title, s.score, s.passage, result.papers.get(s.id), s.year, s.venue, s.id in cited
+                )
                 for s in answer.sources
             ]
         first_cited = next((it.n for it in ex.items if it.cited), 1)
@@ -674,7 +728,15 @@ class ChatApp:
         state.session.reset()
         state.exchanges.clear()
         state.view = None
-        return ([], EMPTY_PANEL, radio_update(state), state, gr.update(value=None, interactive=False), gr.update(visible=False), "")
+        return (
+            [],
+            EMPTY_PANEL,
+            radio_update(state),
+            state,
+            gr.update(value=None, interactive=False),
+            gr.update(visible=False),
+            "",
+        )
 
     def select_source(self, n: Any, state: UIState | None) -> tuple[Any, ...]:
         """The "Show source" picker changed."""
@@ -706,7 +768,12 @@ class ChatApp:
 
     # --------------------------------------------------------------------- API
     def api_ask(
-        self, question: str, backend_name: str, model: str, top_k: float, state: UIState | None,
+        self,
+        question: str,
+        backend_name: str,
+        model: str,
+        top_k: float,
+        state: UIState | None,
     ) -> tuple[dict[str, Any], UIState]:
         """``/ask``: one turn of this client's conversation; returns the final answer and its sources."""
         state = state or self.new_state()
@@ -731,15 +798,22 @@ class ChatApp:
         return out, state
 
     def api_search(
-        self, query: str, top_k: int = 5, year_min: int | None = None, year_max: int | None = None,
-        venue: str = "", keyword: str = "",
+        self,
+        query: str,
+        top_k: int = 5,
+        year_min: int | None = None,
+        year_max: int | None = None,
+        venue: str = "",
+        keyword: str = "",
     ) -> dict[str, Any]:
         """``/search``: rank papers for a query without generating anything."""
         query = (query or "").strip()
         if not query:
             return {"error": "empty query"}
         try:
-            result = self.engine.search(query, int(top_k or self.settings.top_k), Filters(year_min, year_max, venue or None, keyword or None))
+            result = self.engine.search(
+                query, int(top_k or self.settings.top_k), Filters(year_min, year_max, venue or None, keyword or None)
+            )
         except Exception as exc:  # noqa: BLE001
             return {"query": query, "error": self._error_text(exc)}
         return result.to_dict()
@@ -754,9 +828,12 @@ class ChatApp:
                 gr.HTML(
                     f'<div class="rp-brand"><div class="rp-logo">{BOOK_SVG}</div><div><h1>rag-papers</h1><div class="rp-sub">Ask questions about '
                     f"{self.n_papers:,} research-paper abstracts. Every answer cites the papers it comes from.</div></div></div>",
-                    padding=False, scale=3,
+                    padding=False,
+                    scale=3,
                 )
-                status = gr.HTML(_status_html("checking the LLM…", "warn"), elem_id="rp-status-wrap", padding=False, scale=2)
+                status = gr.HTML(
+                    _status_html("checking the LLM…", "warn"), elem_id="rp-status-wrap", padding=False, scale=2
+                )
             with gr.Row(equal_height=False):
                 with gr.Column(scale=7, min_width=420):
                     examples: list[Any] = [{"text": q} for q in _example_questions(self.engine)]
@@ -784,45 +861,82 @@ class ChatApp:
                             container=False,
                         )
                         send = gr.Button("Ask", variant="primary", scale=1, elem_id="rp-send", min_width=90)
-                        stop = gr.Button("Stop", variant="stop", scale=1, visible=False, elem_id="rp-stop", min_width=80)
+                        stop = gr.Button(
+                            "Stop", variant="stop", scale=1, visible=False, elem_id="rp-stop", min_width=80
+                        )
                     with gr.Row(elem_id="rp-controls"):
                         retrieval_only = gr.Checkbox(
-                            label="Retrieval only (list papers, no answer)", value=False, elem_id="rp-retrieval-only",
-                            container=False, scale=3,
+                            label="Retrieval only (list papers, no answer)",
+                            value=False,
+                            elem_id="rp-retrieval-only",
+                            container=False,
+                            scale=3,
                         )
                         show_rewrite = gr.Checkbox(
-                            label="Show rewritten question", value=False, elem_id="rp-show-rewrite", container=False, scale=3,
+                            label="Show rewritten question",
+                            value=False,
+                            elem_id="rp-show-rewrite",
+                            container=False,
+                            scale=3,
                         )
                         new = gr.Button("New chat", size="md", elem_id="rp-new", min_width=100, scale=1)
                         export = gr.DownloadButton(
-                            "Export .md", value=None, size="md", interactive=False, elem_id="rp-export", min_width=110, scale=1,
+                            "Export .md",
+                            value=None,
+                            size="md",
+                            interactive=False,
+                            elem_id="rp-export",
+                            min_width=110,
+                            scale=1,
                         )
                 with gr.Column(scale=5, min_width=340, elem_id="rp-sources-col"):
                     with gr.Group(elem_id="rp-sources-card"):
                         picker = gr.Radio(
-                            choices=[], label="Show source", visible=False, elem_id="rp-source-pick", container=True,
+                            choices=[],
+                            label="Show source",
+                            visible=False,
+                            elem_id="rp-source-pick",
+                            container=True,
                         )
                         panel = gr.HTML(
-                            EMPTY_PANEL, elem_id="rp-panel", js_on_load=JS_ON_LOAD, max_height=560, padding=False,
+                            EMPTY_PANEL,
+                            elem_id="rp-panel",
+                            js_on_load=JS_ON_LOAD,
+                            max_height=560,
+                            padding=False,
                         )
                     with gr.Accordion("Answering and retrieval settings", open=False, elem_id="rp-settings"):
                         with gr.Row():
                             backend = gr.Dropdown(
-                                backend_names(), value=self.llm if self.llm in backend_names() else "auto",
-                                label="LLM backend", scale=2, elem_id="rp-backend",
+                                backend_names(),
+                                value=self.llm if self.llm in backend_names() else "auto",
+                                label="LLM backend",
+                                scale=2,
+                                elem_id="rp-backend",
                             )
                             model = gr.Textbox(
-                                value=self.model, label="Model", scale=3, elem_id="rp-model",
+                                value=self.model,
+                                label="Model",
+                                scale=3,
+                                elem_id="rp-model",
                                 placeholder=f"backend default ({s.ollama_model} for Ollama)",
                             )
                         refresh = gr.Button("↻ Check LLM", size="sm")
-                        top_k = gr.Slider(1, 20, value=s.top_k, step=1, label="Papers retrieved (top k)", elem_id="rp-topk")
+                        top_k = gr.Slider(
+                            1, 20, value=s.top_k, step=1, label="Papers retrieved (top k)", elem_id="rp-topk"
+                        )
                         year_choices: list[Any] = [ANY, *self.years]
                         with gr.Row(visible=bool(self.years)):
                             year_from = gr.Dropdown(year_choices, value=ANY, label="From year", elem_id="rp-year-from")
                             year_to = gr.Dropdown(year_choices, value=ANY, label="To year", elem_id="rp-year-to")
-                        venue = gr.Dropdown([ANY, *self.venues], value=ANY, label="Venue", visible=bool(self.venues), elem_id="rp-venue")
-                        keyword = gr.Textbox(label="Keyword filter", placeholder="only papers containing these words", elem_id="rp-keyword")
+                        venue = gr.Dropdown(
+                            [ANY, *self.venues], value=ANY, label="Venue", visible=bool(self.venues), elem_id="rp-venue"
+                        )
+                        keyword = gr.Textbox(
+                            label="Keyword filter",
+                            placeholder="only papers containing these words",
+                            elem_id="rp-keyword",
+                        )
                         gr.Markdown(
                             f"<small>Index: {self.n_papers:,} papers · embedding model `{s.embed_model}` · "
                             f"{s.retrieval} retrieval · rag-papers {__version__}</small>"
@@ -838,20 +952,32 @@ class ChatApp:
             filt = [year_from, year_to, venue, keyword]
 
             accept_args: dict[str, Any] = {
-                "fn": self.accept, "inputs": [msg, state, retrieval_only],
+                "fn": self.accept,
+                "inputs": [msg, state, retrieval_only],
                 "outputs": [msg, chatbot, panel, picker, export, stop, state, pending],
-                "queue": False, "api_visibility": "private",
+                "queue": False,
+                "api_visibility": "private",
             }
 
             def chain(accepted: Any) -> Any:
                 """Search step, then answer step; each skips itself unless the question is its kind."""
                 searched = accepted.then(
-                    self.run_search, [pending, state, top_k, *filt], chat_outputs,
-                    concurrency_id="search", concurrency_limit=16, api_visibility="private", show_progress="hidden",
+                    self.run_search,
+                    [pending, state, top_k, *filt],
+                    chat_outputs,
+                    concurrency_id="search",
+                    concurrency_limit=16,
+                    api_visibility="private",
+                    show_progress="hidden",
                 )
                 return searched.then(
-                    self.run_answer, [pending, state, backend, model, top_k, *filt], chat_outputs,
-                    concurrency_id="generate", concurrency_limit=4, api_visibility="private", show_progress="hidden",
+                    self.run_answer,
+                    [pending, state, backend, model, top_k, *filt],
+                    chat_outputs,
+                    concurrency_id="generate",
+                    concurrency_limit=4,
+                    api_visibility="private",
+                    show_progress="hidden",
                 )
 
             def use_example(evt: gr.SelectData) -> str:
@@ -860,20 +986,40 @@ class ChatApp:
 
             answer_typed = chain(gr.on([msg.submit, send.click], **accept_args))
             answer_example = chain(
-                chatbot.example_select(use_example, None, msg, queue=False, api_visibility="private").then(**accept_args)
+                chatbot.example_select(use_example, None, msg, queue=False, api_visibility="private").then(
+                    **accept_args
+                )
             )
-            stop.click(self.stop, [state], chat_outputs, cancels=[answer_typed, answer_example], queue=False, api_visibility="private")
+            stop.click(
+                self.stop,
+                [state],
+                chat_outputs,
+                cancels=[answer_typed, answer_example],
+                queue=False,
+                api_visibility="private",
+            )
             new.click(
-                self.new_chat, [state], [chatbot, panel, picker, state, export, stop, msg],
-                api_name="new_chat", queue=False, cancels=[answer_typed, answer_example],
+                self.new_chat,
+                [state],
+                [chatbot, panel, picker, state, export, stop, msg],
+                api_name="new_chat",
+                queue=False,
+                cancels=[answer_typed, answer_example],
             )
             picker.input(self.select_source, [picker, state], [panel, state], queue=False, api_visibility="private")
             panel.cite(self.on_cite, [state], [panel, picker, state], queue=False, api_visibility="private")  # type: ignore[attr-defined]
-            show_rewrite.change(self.toggle_rewrite, [show_rewrite, state], [chatbot, state], queue=False, api_visibility="private")
+            show_rewrite.change(
+                self.toggle_rewrite, [show_rewrite, state], [chatbot, state], queue=False, api_visibility="private"
+            )
 
             status_args: dict[str, Any] = {
-                "fn": self.status, "inputs": [backend, model], "outputs": status,
-                "concurrency_id": "status", "concurrency_limit": 8, "api_visibility": "private", "show_progress": "hidden",
+                "fn": self.status,
+                "inputs": [backend, model],
+                "outputs": status,
+                "concurrency_id": "status",
+                "concurrency_limit": 8,
+                "api_visibility": "private",
+                "show_progress": "hidden",
             }
             demo.load(**status_args)
             backend.change(**status_args)
@@ -882,8 +1028,12 @@ class ChatApp:
             refresh.click(**status_args)
 
             api_go.click(
-                self.api_ask, [api_question, backend, model, top_k, state], [api_out, state],
-                api_name="ask", concurrency_id="generate", concurrency_limit=4,
+                self.api_ask,
+                [api_question, backend, model, top_k, state],
+                [api_out, state],
+                api_name="ask",
+                concurrency_id="generate",
+                concurrency_limit=4,
             )
             gr.api(self.api_search, api_name="search", concurrency_id="search", concurrency_limit=16)
         demo.queue(default_concurrency_limit=8)
@@ -891,7 +1041,9 @@ class ChatApp:
 
 
 # ------------------------------------------------------------------ entry points
-def build_app(settings: Settings, engine: Engine | None = None, llm: str | None = None, model: str | None = None) -> gr.Blocks:
+def build_app(
+    settings: Settings, engine: Engine | None = None, llm: str | None = None, model: str | None = None
+) -> gr.Blocks:
     """The Blocks app (queue configured, not launched); ``engine`` defaults to one over ``settings``."""
     return ChatApp(settings, engine or Engine(settings), llm, model).build()
 
@@ -911,23 +1063,28 @@ def serve(app: gr.Blocks, settings: Settings, *, block: bool = True, quiet: bool
 
     Tests call this with ``block=False`` so they exercise the same options as users.
     """
-    _, url, _ = app.launch(
-        server_name=settings.host,
-        server_port=settings.port,
-        auth=parse_auth(settings.auth),
-        auth_message="rag-papers: sign in" if settings.auth else None,
-        prevent_thread_lock=not block,
-        share=False,
-        quiet=quiet,
-        show_error=False,
-        footer_links=["api", "settings"],
-        run_history=False,
-        enable_monitoring=False,
-        mcp_server=False,
-        ssr_mode=False,
-        theme=_theme(),
-        css=CSS,
-    )
+    try:
+        _, url, _ = app.launch(
+            server_name=settings.host,
+            server_port=settings.port,
+            auth=parse_auth(settings.auth),
+            auth_message="rag-papers: sign in" if settings.auth else None,
+            prevent_thread_lock=not block,
+            share=False,
+            quiet=quiet,
+            show_error=False,
+            footer_links=["api", "settings"],
+            run_history=False,
+            enable_monitoring=False,
+            mcp_server=False,
+            ssr_mode=False,
+            theme=_theme(),
+            css=CSS,
+        )
+    except OSError as exc:  # the port is taken, or the host is not an address of this machine
+        raise RagPapersError(
+            f"cannot serve on {settings.host}:{settings.port}: {str(exc).split('. ')[0]} (choose another --port)"
+        ) from None
     return str(url)
 
 
