@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -213,8 +213,16 @@ class AnswerStream:
         self.embedder = embedder
         self.backend_note = backend_note
         self.answer: Answer | None = None
+        self.on_done: Callable[[Answer | None], None] | None = None
 
     def __iter__(self) -> Iterator[str]:
+        try:
+            yield from self._generate()
+        finally:
+            if self.on_done is not None:
+                self.on_done(self.answer)
+
+    def _generate(self) -> Iterator[str]:
         s = self.settings
         t0 = time.perf_counter()
         name = self.backend.name if self.backend else "extractive"

