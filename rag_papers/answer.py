@@ -146,8 +146,10 @@ def build_messages(
             sentences = re.split(r"(?<=[.!?])\s+", paper.abstract)
             while sentences and estimate_tokens(" ".join(sentences)) + 40 > budget:
                 sentences.pop()
-            if not sentences or used and budget < 120:
+            if used and (not sentences or budget < 120):
                 break
+            if not sentences:  # not even one sentence fits: give the model the first one anyway
+                sentences = re.split(r"(?<=[.!?])\s+", paper.abstract)[:1]
             block = source_t.format(n=len(used) + 1, title=paper.title, id=paper.id, abstract=" ".join(sentences)).strip()
             cost = estimate_tokens(block)
         blocks.append(block)

