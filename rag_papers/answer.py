@@ -125,8 +125,14 @@ def tidy(text: str) -> str:
 
 
 # ------------------------------------------------------------------- prompting
-def _sources(result: SearchResult, limit: int) -> list[tuple[Hit, Paper]]:
-    return [(h, result.papers[h.id]) for h in result.results[:limit] if h.id in result.papers]
+def _sources(result: SearchResult, limit: int, min_ratio: float = 0.0) -> list[tuple[Hit, Paper]]:
+    """The top papers worth showing the model: weak matches far below the best only invite bad citations."""
+    top = result.results[0].score if result.results else 0.0
+    return [
+        (h, result.papers[h.id])
+        for h in result.results[:limit]
+        if h.id in result.papers and (h is result.results[0] or h.score >= min_ratio * top)
+    ]
 
 
 def build_messages(
@@ -139,7 +145,7 @@ def build_messages(
     budget = context_window - max_tokens - estimate_tokens(system + user_t + question) - 64
     blocks: list[str] = []
     used: list[tuple[Hit, Paper]] = []
-    for hit, paper in _sources(result, settings.context_papers):
+    for hit, paper in _sources(result, settings.context_papers, settings.source_min_ratio):
         block = source_t.format(n=len(used) + 1, title=paper.title, id=paper.id, abstract=paper.abstract).strip()
         cost = estimate_tokens(block)
         if cost > budget:
@@ -239,7 +245,7 @@ class AnswerStream:
             )
             return
         if self.backend is None:
-            used = _sources(self.result, s.context_papers)
+            used = _sources(self.result, s.context_papers, s.source_min_ratio)
             chunks: Iterator[str] = extractive(self.question, used, self.embedder, s)
         else:
             messages, used = build_messages(

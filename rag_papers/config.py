@@ -94,6 +94,9 @@ class Settings(BaseSettings):
     )
     max_answer_tokens: int = Field(default=400, ge=16)
     context_papers: int = Field(default=5, ge=1, description="Papers put in the prompt at most.")
+    source_min_ratio: float = Field(
+        default=0.5, ge=0, le=1, description="Only papers scoring at least this share of the best go in the prompt."
+    )
     temperature: float = 0.1
 
     # --- UI ------------------------------------------------------------------

@@ -111,6 +111,7 @@ def test_cli_papers_json_lists_every_paper(seeded: Settings) -> None:
 
 # ------------------------------------------------------------------ answers with a scripted LLM
 def test_valid_citations_are_kept_and_mapped_to_papers(engine: Engine) -> None:
+    engine.settings.source_min_ratio = 0.0  # give the model all top-5 papers, weak ones included
     reply = "ABBA reparameterizes the update as a Hadamard product of low-rank matrices [1]. Others differ [2][3]."
     fake = FakeBackend(reply=reply)
     stream = engine.ask(ABBA_Q, fake)
@@ -130,6 +131,7 @@ def test_valid_citations_are_kept_and_mapped_to_papers(engine: Engine) -> None:
 
 
 def test_invalid_citations_are_cut_from_the_stream_and_reported(engine: Engine) -> None:
+    engine.settings.source_min_ratio = 0.0
     reply = "ABBA uses a Hadamard product [1][9]. It wins everywhere [12]. See also [2, 7]."
     stream = engine.ask(ABBA_Q, FakeBackend(reply=reply))
     chunks = list(stream)
@@ -167,9 +169,25 @@ def test_citation_filter_across_chunk_boundaries() -> None:
     assert other.used == [2] and other.removed == ["[4]"]
 
 
+def test_weak_matches_are_not_put_in_the_prompt(engine: Engine) -> None:
+    """Papers far below the best match would only invite wrong citations."""
+    fake = FakeBackend(reply="ABBA [1].")
+    stream = engine.ask(ABBA_Q, fake)
+    answer = stream.run()
+    top = stream.result.results[0].score
+    given = {s.id for s in answer.sources}
+    assert answer.sources[0].id == ABBA_ID
+    for hit in stream.result.results:
+        assert (hit.id in given) == (hit.score >= engine.settings.source_min_ratio * top or hit.id == ABBA_ID)
+    assert len(given) < len(stream.result.results)  # the seeds have one clear ABBA paper
+    (messages,) = fake.calls
+    assert f"[{len(given) + 1}] " not in messages[1]["content"]
+
+
 # ------------------------------------------------------------------ context budgeting
 def test_context_budget_fits_as_many_sources_as_the_window_allows(engine: Engine) -> None:
     engine.settings.max_answer_tokens = 64
+    engine.settings.source_min_ratio = 0.0
     reply = "Claims [1][2][3][4][5]."
     counts = []
     for window in (600, 900, 1300, 2000, 8192):
