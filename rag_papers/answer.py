@@ -73,12 +73,15 @@ _CITE = re.compile(r"\[(\s*\d+\s*(?:[,;]\s*\d+\s*)*)\]")
 class CitationFilter:
     """Streaming filter: holds back text from '[' until the bracket closes, then keeps only valid numbers.
 
-    What the user sees while streaming is exactly the final, checked answer.
+    Spaces are held back too, so a removed citation leaves no stray space before the
+    punctuation after it: what the user sees while streaming is exactly the final answer.
     """
 
     def __init__(self, n_sources: int) -> None:
         self.n = n_sources
         self.pending = ""
+        self.space = ""
+        self.dropped = False
         self.used: list[int] = []
         self.removed: list[str] = []
 
@@ -94,28 +97,43 @@ class CitationFilter:
                 self.used.append(x)
         return "".join(f"[{x}]" for x in good)
 
+    def _emit(self, text: str, out: list[str]) -> None:
+        if text[:1] in ".,;:!?" and self.dropped:
+            self.space = ""  # "LoRA [9]." -> "LoRA."
+        out.append(self.space + text)
+        self.space = ""
+        self.dropped = False
+
     def feed(self, text: str) -> str:
         out: list[str] = []
         for ch in text:
             if self.pending:
                 self.pending += ch
                 if ch == "]":
-                    out.append(self._check(self.pending))
+                    kept = self._check(self.pending)
                     self.pending = ""
+                    if kept:
+                        self._emit(kept, out)
+                    else:
+                        self.dropped = True
                 elif len(self.pending) > 16 or ch == "\n" or (ch == "[" and len(self.pending) > 1):
-                    out.append(self.pending[:-1])
-                    self.pending = ch if ch == "[" else ""
+                    held, self.pending = self.pending[:-1], ch if ch == "[" else ""
+                    self._emit(held, out)
                     if ch != "[":
-                        out.append(ch)
+                        self._emit(ch, out)
             elif ch == "[":
                 self.pending = ch
+            elif ch in " \t":
+                if not (self.dropped and self.space):
+                    self.space += ch
             else:
-                out.append(ch)
+                self._emit(ch, out)
         return "".join(out)
 
     def flush(self) -> str:
-        rest, self.pending = self.pending, ""
-        return rest
+        rest = self.pending
+        self.pending = ""
+        return rest if not rest else self.space + rest
 
 
 def tidy(text: str) -> str:

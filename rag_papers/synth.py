@@ -12,8 +12,8 @@ The shipped seed abstracts are mixed in at fixed, evenly spread positions, witho
 ``id`` (so their ids are the content hash, as when the seeds are ingested directly, and
 eval/qa.jsonl's gold ids stay valid) and with the title ingest would derive.
 
-Record ``i`` depends only on ``(seed, i)``: the same seed gives the same bytes, and
-``record_at`` regenerates any record without reading the file. Method names are unique
+Synthetic record ``i`` depends only on ``(seed, i)``: the same seed gives the same bytes,
+and ``record_at`` regenerates any line without reading the file. Method names are unique
 per record, so no two synthetic abstracts (or their content hashes) coincide.
 
 Usage: ``rag-papers synth N OUT.jsonl [--seed S]`` or ``python -m rag_papers.synth N OUT``.
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rag_papers.config import PROJECT_ROOT
+PROJECT_ROOT = Path(__file__).resolve().parent.parent  # as rag_papers.config has it, without importing pydantic
 
 MIN_WORDS = 150
 MAX_WORDS = 300
@@ -341,7 +341,7 @@ def _cap(s: str) -> str:
     return s[:1].upper() + s[1:]
 
 
-_SMALL = frozenset("a an and as at by for from in of on or the to via with without under over".split())
+_SMALL = frozenset(["a", "an", "and", "as", "at", "by", "for", "from", "in", "of", "on", "or", "the", "to", "via", "with", "without", "under", "over"])
 
 
 def _title(s: str) -> str:
@@ -450,7 +450,7 @@ def synth_record(i: int, seed: int = 0) -> dict[str, Any]:
         f"On {ds[0]}, it reaches {rng.uniform(40, 98):.1f} {metric}, a new state of the art among methods of comparable size.",
         f"Ablation studies confirm that {comp2} accounts for most of the gain.",
         f"The improvements are largest in the low-data regime, where {name} matches {baseline2} with only {rng.choice((5, 10, 20, 25))}% of the training data.",
-        f"Our analysis further shows that the gains persist across model scales and random seeds.",
+        "Our analysis further shows that the gains persist across model scales and random seeds.",
     ]
     rng.shuffle(results)
     closing = _pick(rng, (
@@ -538,6 +538,15 @@ def iter_records(n: int, seed: int = 0, seeds: list[dict[str, Any]] | None = Non
         else:
             yield synth_record(synth_i, seed)
             synth_i += 1
+
+
+def record_at(line: int, n: int, seed: int = 0, seeds: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The record on line ``line`` (0-based) of the ``n``-line corpus, without generating the others."""
+    seeds = seed_records() if seeds is None else seeds
+    where = seed_positions(n, len(seeds))
+    if line in where:
+        return seeds[where[line]]
+    return synth_record(line - sum(1 for pos in where if pos < line), seed)
 
 
 def generate(n: int, out: Path, seed: int = 0, include_seeds: bool = True) -> int:

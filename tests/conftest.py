@@ -53,11 +53,18 @@ class FakeBackend:
 register_backend("fake", lambda settings, model: FakeBackend())
 
 
+@pytest.fixture(scope="session")
+def _model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """ONNX exports shared by the whole session: exporting costs ~15 s, once."""
+    return tmp_path_factory.mktemp("model_cache")
+
+
 @pytest.fixture(autouse=True)
-def _private_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def _private_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _model_cache: Path) -> Path:
     """Every test gets its own data dir and no stray config or Ollama."""
     home = tmp_path / "home"
     monkeypatch.setenv("RAG_PAPERS_HOME", str(home))
+    monkeypatch.setenv("RAG_PAPERS_MODEL_CACHE", str(_model_cache))
     monkeypatch.setenv("RAG_PAPERS_CONFIG", str(tmp_path / "none.toml"))
     monkeypatch.setenv("OLLAMA_HOST", "http://127.0.0.1:9")  # nothing listens on the discard port
     return home

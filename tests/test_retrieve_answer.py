@@ -158,14 +158,14 @@ def test_citation_filter_across_chunk_boundaries() -> None:
     filt = CitationFilter(2)
     out = [filt.feed(p) for p in ["Claim one ", "[", "1", "]", " and two [", "2", "] bad [", "3", "]", ". Mixed [1,", " 3]."]]
     assert out[1] == "" and out[2] == ""  # nothing shown while a citation is still open
-    assert "".join(out) + filt.flush() == "Claim one [1] and two [2] bad . Mixed [1]."
+    assert "".join(out) + filt.flush() == "Claim one [1] and two [2] bad. Mixed [1]."  # no stray space
     assert filt.used == [1, 2]
     assert filt.removed == ["[3]", "[3]"]
 
     other = CitationFilter(3)
     text = "Array x[i] stays, [see below] stays, [4] goes, [ 2 ] kept, unclosed [1"
     out2 = "".join(other.feed(ch) for ch in text) + other.flush()
-    assert out2 == "Array x[i] stays, [see below] stays,  goes, [2] kept, unclosed [1"
+    assert out2 == "Array x[i] stays, [see below] stays, goes, [2] kept, unclosed [1"
     assert other.used == [2] and other.removed == ["[4]"]
 
 
