@@ -144,6 +144,9 @@ class Retriever:
         papers = self.index.get(ids)
         w = {"hybrid": s.dense_weight, "dense": 1.0, "bm25": 0.0}[mode]
         floor = min((d for d, _ in dense.values()), default=0.0)
+        # The keyword side's say scales with its own confidence: when even its best paper
+        # matches little of the query (a paraphrase), its ranking is mostly noise.
+        kw_conf = max(keyword.values(), default=0.0) ** 0.5 if mode == "hybrid" else 1.0
         hits: list[Hit] = []
         for pid in ids:
             paper = papers.get(pid)
@@ -151,7 +154,7 @@ class Retriever:
                 continue
             d, passage = dense.get(pid, (floor, ""))
             kw = keyword.get(pid, 0.0)
-            score = w * d + (1 - w) * kw
+            score = w * d + (1 - w) * kw * kw_conf
             hits.append(
                 Hit(
                     id=pid,
