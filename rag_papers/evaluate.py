@@ -269,7 +269,7 @@ def markdown(results: list[ConfigResult], meta: dict[str, Any], answers: dict[st
         out.append(f"- correct refusals {answers['correct_refusals']}/{answers['offtopic']}, "
                    f"wrong refusals {answers['wrong_refusals']}")
     out.append("\nConfigs: `naive` = llama-index VectorStoreIndex, one MiniLM vector per abstract; `dense` = chunked "
-               "dense only; `bm25` = bm25s only; `rrf` = reciprocal-rank fusion of dense and bm25; `hybrid` = the "
+               "dense only; `bm25` = BM25 (SQLite FTS5) only; `rrf` = reciprocal-rank fusion of dense and bm25; `hybrid` = the "
                "default (confidence-aware score fusion).")
     return "\n".join(out) + "\n"
 
@@ -315,7 +315,11 @@ def run_eval(
         raise RagPapersError(f"{qa}: gold ids not in the index: {', '.join(missing[:5])} (ingest the corpus they refer to)")
     results = [score_config(c, make_ranker(engine, c), questions) for c in configs]
     ans = score_answers(engine, questions, llm, model) if answers else None
-    meta = {"qa": str(qa), "questions": len(questions), "papers": engine.index.count(),
+    try:
+        qa_name = str(qa.resolve().relative_to(PROJECT_ROOT))
+    except ValueError:
+        qa_name = str(qa)
+    meta = {"qa": qa_name, "questions": len(questions), "papers": engine.index.count(),
             "date": time.strftime("%Y-%m-%d %H:%M"), "seconds": round(time.perf_counter() - t0, 1)}
     report = {"meta": meta, "configs": [r.__dict__ for r in results], "answers": ans}
     out.mkdir(parents=True, exist_ok=True)
