@@ -84,7 +84,10 @@ def _copy_home(seeds_home: Path, tmp_path_factory: pytest.TempPathFactory, name:
 @pytest.fixture(scope="module")
 def server(seeds_home: Path, embedder: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     """The app over the seeds, no LLM reachable: answers are extractive."""
-    served = _serve(_copy_home(seeds_home, tmp_path_factory, "ui_home"), embedder, ollama_host="http://127.0.0.1:9")
+    # source_min_ratio=0: every top-5 paper is a source, so the panel has several to switch between.
+    served = _serve(
+        _copy_home(seeds_home, tmp_path_factory, "ui_home"), embedder, ollama_host="http://127.0.0.1:9", source_min_ratio=0.0
+    )
     yield served
     served.app.close()
 
