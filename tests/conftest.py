@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from rag_papers.bench import free_port, wait_http  # shared with the bench; tests import them from here
 from rag_papers.config import PROJECT_ROOT, Settings
 from rag_papers.llm import Message, register_backend
 
@@ -107,26 +107,6 @@ def engine(seeded: Settings, embedder: object) -> object:
     from rag_papers.index import Index
 
     return Engine(seeded, Index(seeded, embedder=embedder))  # type: ignore[arg-type]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_http(url: str, timeout: float = 60.0) -> None:
-    import urllib.request
-
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.3)
 
 
 @pytest.fixture(scope="session")
