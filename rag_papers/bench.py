@@ -409,7 +409,9 @@ class Bench:
             "ingest_s": ing["ingest_s"], "ingest_per_s": round(n / ing["ingest_s"], 2),
             "ingest_process_s": ing["process_wall_s"], "model_load_s": ing["model_load_s"],
             "peak_rss_mb": ing["peak_rss_mb"], "papers": ing["papers"], "chunks": ing["chunks"],
-            "size_mb": round(du_bytes(home, exclude=home / "models") / 2**20, 1),
+            # With a server, its data folder holds the vectors: count it too.
+            "size_mb": round((du_bytes(home, exclude=home / "models")
+                              + (du_bytes(self.work / "chroma-server") if chroma_url else 0)) / 2**20, 1),
             "query_p50_ms": round(_percentile(lat, 50), 2), "query_p95_ms": round(_percentile(lat, 95), 2),
             "query_parts_p50_ms": q["parts_p50_ms"], "queries": len(lat),
             "title_hit_at_5": f"{title_hits}/{len(titles)}",
