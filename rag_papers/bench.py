@@ -153,6 +153,16 @@ def vm_hwm_mb() -> float | None:
     return None
 
 
+def stop_process(proc: subprocess.Popen[Any], timeout: float = 10.0) -> None:
+    """Terminate politely, kill if it does not go within ``timeout``."""
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -471,12 +481,7 @@ class Bench:
             wait_http(f"http://127.0.0.1:{port}/api/v2/heartbeat", 60)
             return fn(f"http://127.0.0.1:{port}")
         finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc)
             if not self.args.keep:
                 shutil.rmtree(path, ignore_errors=True)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rag_papers.bench import free_port, wait_http  # shared with the bench; tests import them from here
+from rag_papers.bench import free_port, stop_process, wait_http  # shared with the bench; tests import them from here
 from rag_papers.config import PROJECT_ROOT, Settings
 from rag_papers.llm import Message, register_backend
 
@@ -125,11 +125,7 @@ def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         wait_http(f"http://127.0.0.1:{port}/api/v2/heartbeat", 60)
         yield f"http://127.0.0.1:{port}"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:

@@ -24,7 +24,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from conftest import SEEDS, free_port, wait_http
+from conftest import SEEDS, free_port, stop_process, wait_http
 from ollama_stub import OllamaStub
 
 from rag_papers.config import PROJECT_ROOT, Settings
@@ -397,11 +397,7 @@ def test_app_py_ingests_and_requires_login(tmp_path: Path) -> None:
         found = client.predict("Hadamard product", 2, api_name="/search")
         assert found["results"][0]["title"].startswith("ABBA")
     finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc, 20)
         log.close()
     output = (tmp_path / "app.log").read_text()
     assert "ingesting" in output and "papers indexed" in output
