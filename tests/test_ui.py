@@ -279,6 +279,10 @@ def test_streaming_error_and_recovery(stub_server: Served, stub: OllamaStub, pag
     page.locator("#rp-stop").click()
     page.wait_for_selector(f"{BOT} >> text=Stopped before the answer was complete")
     stub.token_delay = 0.0
+    # Let gradio finish cancelling the stopped event chain before the next submit (under
+    # heavy load the new question could otherwise be typed into a still-busy session).
+    page.wait_for_selector("#rp-input textarea:not([disabled])")
+    page.wait_for_timeout(2000)
     after = ask(page, "What does ABBA claim?")
     assert "Hadamard product" in after.inner_text()
 
