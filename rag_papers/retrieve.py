@@ -124,7 +124,7 @@ class Retriever:
             timings["embed_ms"] = _ms(t0)
             t1 = time.perf_counter()
             for h in self.index.dense(vec, pool, where=filters.chroma_where()):
-                dense[h.paper_id] = (h.score, h.passage)
+                dense[h.paper_id] = (h.score, h.chunk_id)
             timings["dense_ms"] = _ms(t1)
 
         keyword: dict[str, float] = {}
@@ -152,7 +152,7 @@ class Retriever:
             paper = papers.get(pid)
             if paper is None or not filters.accepts(paper):
                 continue
-            d, passage = dense.get(pid, (floor, ""))
+            d, chunk_id = dense.get(pid, (floor, ""))
             kw = keyword.get(pid, 0.0)
             score = w * d + (1 - w) * kw * kw_conf
             hits.append(
@@ -162,13 +162,16 @@ class Retriever:
                     score=round(score, 4),
                     dense_score=round(d, 4),
                     keyword_score=round(kw, 4),
-                    passage=passage or _first_sentences(paper.abstract),
+                    passage=chunk_id,  # replaced by the chunk's text below, for the winners only
                     year=paper.year,
                     venue=paper.venue,
                 )
             )
         hits.sort(key=lambda h: (-h.score, h.id))
         hits = hits[:k]
+        texts = self.index.passages([h.passage for h in hits if h.passage])
+        for h in hits:
+            h.passage = texts.get(h.passage) or _first_sentences(papers[h.id].abstract)
         relevant = self.is_relevant(hits, coverage)
         timings["fuse_ms"] = _ms(t1)
         timings["total_ms"] = _ms(t0)
