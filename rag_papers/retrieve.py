@@ -123,8 +123,8 @@ class Retriever:
             vec = self.index.embedder.embed_query(query)
             timings["embed_ms"] = _ms(t0)
             t1 = time.perf_counter()
-            for h in self.index.dense(vec, pool, where=filters.chroma_where()):
-                dense[h.paper_id] = (h.score, h.chunk_id)
+            for dh in self.index.dense(vec, pool, where=filters.chroma_where()):
+                dense[dh.paper_id] = (dh.score, dh.chunk_id)
             timings["dense_ms"] = _ms(t1)
 
         keyword: dict[str, float] = {}
