@@ -225,6 +225,7 @@ def w_ours_query(args: dict[str, Any]) -> dict[str, Any]:
     lat: list[float] = []
     parts: dict[str, list[float]] = {}
     hits: list[list[str]] = []
+    ids: list[list[str]] = []
     for q in queries:
         t0 = time.perf_counter()
         res = engine.search(q, 5)
@@ -232,7 +233,8 @@ def w_ours_query(args: dict[str, Any]) -> dict[str, Any]:
         for k, v in res.timings.items():
             parts.setdefault(k, []).append(v)
         hits.append([h.title for h in res.results])
-    return {"latency_ms": lat, "parts_p50_ms": {k: round(_percentile(v, 50), 2) for k, v in parts.items()},
+        ids.append([h.id for h in res.results])
+    return {"latency_ms": lat, "ids": ids, "parts_p50_ms": {k: round(_percentile(v, 50), 2) for k, v in parts.items()},
             "titles": hits, "papers": index.count(), "model_load_s": round(load_s, 3)}
 
 
@@ -437,6 +439,7 @@ class Bench:
             "query_p50_ms": round(_percentile(lat, 50), 2), "query_p95_ms": round(_percentile(lat, 95), 2),
             "query_parts_p50_ms": q["parts_p50_ms"], "queries": len(lat),
             "title_hit_at_5": f"{title_hits}/{len(titles)}",
+            "_ids": q.get("ids", []),  # compared with the server run's, then dropped
         }
         if killed:
             check = verify_index(home, self.backend, self.model_cache)
@@ -632,6 +635,11 @@ class Bench:
             row["ours"] = self.ours(n, corpus, topical, titles, kill=bool(a.kill_big and n == a.big))
             if a.chroma_server and n != a.big:
                 row["ours_server"] = self.with_server(functools.partial(self.ours, n, corpus, topical, titles))
+                mine, theirs = row["ours"]["_ids"], row["ours_server"].pop("_ids")
+                same = sum(1 for x, y in zip(mine, theirs) if x == y)
+                row["server_same_results"] = f"{same}/{len(mine)}"
+                self.log(f"embedded vs server: identical top-5 ids for {same}/{len(mine)} queries")
+            row["ours"].pop("_ids", None)
             if not a.no_baseline and (n != a.big or a.baseline_big):
                 row["baseline"] = self.baseline(n, corpus, topical, titles)
             self.results["sizes"][str(n)] = row
@@ -754,6 +762,10 @@ def markdown(r: dict[str, Any]) -> str:
                 out.append(f"| {int(n):,} | ours / baseline | {_ratio(o['ingest_per_s'], b['ingest_per_s'])} | "
                            f"{_ratio(o['peak_rss_mb'], b['peak_rss_mb'])} | {_ratio(o['size_mb'], b['size_mb'])} | "
                            f"{_ratio(o['query_p50_ms'], b['query_p50_ms'])} | {_ratio(o['query_p95_ms'], b['query_p95_ms'])} | | |")
+        same = [f"{int(n):,}: {row['server_same_results']}" for n, row in sorted(r["sizes"].items(), key=lambda kv: int(kv[0]))
+                if row.get("server_same_results")]
+        if same:
+            out.append("\nSame top-5 ids, in the same order, from the embedded store and the server: " + "; ".join(same))
         out.append("\nQuery time parts (ours, p50 ms): " + "; ".join(
             f"{int(n):,}: " + ", ".join(f"{k} {v}" for k, v in row["ours"]["query_parts_p50_ms"].items())
             for n, row in sorted(r["sizes"].items(), key=lambda kv: int(kv[0]))))
