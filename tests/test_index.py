@@ -371,3 +371,37 @@ def test_cli_chroma_url_without_server_is_one_line_error(tmp_path: Path) -> None
         assert len(lines) == 1, res.stderr
         assert lines[0].startswith("rag-papers: error:") and url in lines[0]
         assert res.stdout == ""
+
+
+# ------------------------------------------------------------------ keyword side at scale
+@pytest.mark.parametrize("budget", [1, 5])
+def test_keyword_candidates_from_rare_terms_keep_fts5_scores(
+    seeded: Settings, monkeypatch: pytest.MonkeyPatch, budget: int
+) -> None:
+    """With a postings budget too small for every term, papers are scored in Python: same BM25 as FTS5's."""
+    import rag_papers.index as index_module
+
+    index = Index(seeded)
+    queries = [
+        "low-rank adaptation Hadamard product of two low-rank matrices",
+        "temporal graph neural network explanations",
+        "mixture of experts routing with a Dirichlet distribution",
+    ]
+    exact = {q: index.keyword(q, 10) for q in queries}
+    monkeypatch.setattr(index_module, "KEYWORD_POSTINGS", budget)
+    for q in queries:
+        pruned = index.keyword(q, 10)
+        assert pruned, q
+        assert pruned[0][0] == exact[q][0][0], q
+        want = dict(exact[q])
+        for pid, score in pruned:
+            if pid in want:
+                assert score == pytest.approx(want[pid], rel=0.01), (q, pid)
+    index.close()
+
+
+def test_fts_average_length_is_read_from_fts5(seeded: Settings) -> None:
+    index = Index(seeded)
+    texts = [r[0] for r in index.db.execute("SELECT text FROM papers_fts")]
+    assert index._fts_avgdl() == pytest.approx(sum(len(t.split()) for t in texts) / len(texts), rel=0.01)
+    index.close()
