@@ -633,7 +633,8 @@ class Bench:
             topical, titles = self.queries(corpus, n)
             row: dict[str, Any] = {"n": n, "corpus_mb": round(corpus.stat().st_size / 2**20, 1)}
             row["ours"] = self.ours(n, corpus, topical, titles, kill=bool(a.kill_big and n == a.big))
-            if a.chroma_server and n != a.big:
+            server_sizes = {int(x) for x in a.server_sizes.split(",") if x.strip()} if a.server_sizes else None
+            if a.chroma_server and n != a.big and (server_sizes is None or n in server_sizes):
                 row["ours_server"] = self.with_server(functools.partial(self.ours, n, corpus, topical, titles))
                 mine, theirs = row["ours"]["_ids"], row["ours_server"].pop("_ids")
                 same = sum(1 for x, y in zip(mine, theirs) if x == y)
@@ -808,6 +809,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="at --big, kill -9 our ingest halfway and resume it (throughput counts both runs)")
     p.add_argument("--no-baseline", action="store_true", help="skip the llama-index baseline")
     p.add_argument("--chroma-server", action="store_true", help="also run ours against a `chroma run` server")
+    p.add_argument("--server-sizes", help="with --chroma-server: only these sizes (comma-separated; default all but --big)")
     p.add_argument("--resume-check", action="store_true", help="kill -9 an ingest midway, rerun, verify the index")
     p.add_argument("--resume-n", type=int, help="corpus size for --resume-check (default: the largest size)")
     p.add_argument("--embed", action="store_true", help="embedding backends micro-benchmark (torch/onnx/onnx-int8)")
