@@ -137,6 +137,7 @@ class Index:
         self._embedder = embedder
         self._client: Any = None
         self._count_value, self._count_at = 0, -1e9
+        self._stats_memo: tuple[list[str], int, float, list[tuple[str, int]]] | None = None
         self._store: Any = None
         self._doc_store: Any = None
 
@@ -318,14 +319,17 @@ class Index:
             out.update(r[0] for r in self.db.execute(f"SELECT id FROM papers WHERE id IN ({','.join('?' * len(part))})", part))
         return out
 
-    def passages(self, chunk_ids: Sequence[str]) -> dict[str, str]:
-        """Chunk texts by vector id, without the title the chunk was embedded with."""
+    def passages(self, chunk_ids: Sequence[str], titles: dict[str, str] | None = None) -> dict[str, str]:
+        """Chunk texts by vector id, without the title (``titles``: paper id -> title) they were embedded with.
+
+        Documents only: each hit's metadata carries llama-index's node JSON, costly to fetch.
+        """
         if not chunk_ids:
             return {}
-        got = self.store._collection.get(ids=list(dict.fromkeys(chunk_ids)), include=["documents", "metadatas"])
+        got = self.store._collection.get(ids=list(dict.fromkeys(chunk_ids)), include=["documents"])
         out: dict[str, str] = {}
-        for vid, text, meta in zip(got["ids"], got["documents"] or [], got["metadatas"] or []):
-            title = str((meta or {}).get("title", ""))
+        for vid, text in zip(got["ids"], got["documents"] or []):
+            title = (titles or {}).get(vid.rpartition(":")[0], "")
             text = text or ""
             out[vid] = text[len(title) + 2 :] if title and text.startswith(title) else text
         return out
@@ -395,13 +399,23 @@ class Index:
         return values[1] / values[0] if len(values) == 2 and values[0] else None
 
     def _term_stats(self, query: str) -> tuple[int, list[tuple[str, int]]]:
+        """(papers, [(term, papers containing it)]) for the query's stemmed terms.
+
+        fts5vocab counts a term's papers by walking its postings (O(df)), so the last
+        answer is kept: a search asks twice (``bm25_max_idf``, then ``keyword``).
+        """
         terms = list(dict.fromkeys(keyword_tokens(query)))
         n_docs = self._count_cached()
         if not terms or not n_docs:
             return n_docs, []
+        memo = self._stats_memo
+        if memo is not None and memo[0] == terms and memo[1] == n_docs and memo[2] == self._count_at:
+            return n_docs, memo[3]
         marks = ",".join("?" * len(terms))
         df = dict(self.db.execute(f"SELECT term, doc FROM papers_vocab WHERE term IN ({marks})", terms).fetchall())
-        return n_docs, [(t, int(df.get(t, 0))) for t in terms]
+        stats = [(t, int(df.get(t, 0))) for t in terms]
+        self._stats_memo = (terms, n_docs, self._count_at, stats)
+        return n_docs, stats
 
     def bm25_max_idf(self, query: str) -> tuple[float, float]:
         """Sum of the query terms' idf: normalises BM25 scores to "share of the query matched".

@@ -169,7 +169,7 @@ class Retriever:
             )
         hits.sort(key=lambda h: (-h.score, h.id))
         hits = hits[:k]
-        texts = self.index.passages([h.passage for h in hits if h.passage])
+        texts = self.index.passages([h.passage for h in hits if h.passage], {h.id: h.title for h in hits})
         for h in hits:
             h.passage = texts.get(h.passage) or _first_sentences(papers[h.id].abstract)
         relevant = self.is_relevant(hits, coverage)
