@@ -81,6 +81,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS papers_seq ON papers(seq);
 CREATE VIRTUAL TABLE IF NOT EXISTS papers_fts USING fts5(text, tokenize='unicode61');
 CREATE VIRTUAL TABLE IF NOT EXISTS papers_vocab USING fts5vocab(papers_fts, 'row');
 CREATE TABLE IF NOT EXISTS pending (paper_id TEXT PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS term_df (term TEXT PRIMARY KEY, df INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TRIGGER IF NOT EXISTS papers_fts_delete AFTER DELETE ON papers BEGIN
     DELETE FROM papers_fts WHERE rowid = old.seq;
 END;
@@ -140,6 +141,8 @@ class Index:
         self._stats_memo: tuple[list[str], int, float, list[tuple[str, int]]] | None = None
         self._store: Any = None
         self._doc_store: Any = None
+        if self._meta("term_df") != "1":
+            self._rebuild_term_df()
 
     # ---- lazy heavy parts
     @property
@@ -147,6 +150,27 @@ class Index:
         if self._embedder is None:
             self._embedder = load_embedder(self.settings)
         return self._embedder
+
+    def _rebuild_term_df(self) -> None:
+        """Papers per keyword term, recounted from the stored token text (indexes made before the table existed)."""
+        counts: Counter[str] = Counter()
+        for (text,) in self.db.execute("SELECT text FROM papers_fts"):
+            counts.update(set(text.split()))
+        with self.db:
+            self.db.execute("DELETE FROM term_df")
+            self.db.executemany("INSERT INTO term_df VALUES (?, ?)", counts.items())
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('term_df', '1')")
+
+    def _forget_terms(self, paper_ids: Sequence[str]) -> None:
+        """Take these papers out of ``term_df`` (call in the transaction that deletes them)."""
+        counts: Counter[str] = Counter()
+        for start in range(0, len(paper_ids), 500):
+            part = list(paper_ids[start : start + 500])
+            sql = f"SELECT f.text FROM papers p JOIN papers_fts f ON f.rowid = p.seq WHERE p.id IN ({','.join('?' * len(part))})"
+            for (text,) in self.db.execute(sql, part):
+                counts.update(set(text.split()))
+        self.db.executemany("UPDATE term_df SET df = df - ? WHERE term = ?", [(c, t) for t, c in counts.items()])
+        self.db.execute("DELETE FROM term_df WHERE df <= 0")
 
     def _meta(self, key: str) -> str | None:
         row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
@@ -401,8 +425,9 @@ class Index:
     def _term_stats(self, query: str) -> tuple[int, list[tuple[str, int]]]:
         """(papers, [(term, papers containing it)]) for the query's stemmed terms.
 
-        fts5vocab counts a term's papers by walking its postings (O(df)), so the last
-        answer is kept: a search asks twice (``bm25_max_idf``, then ``keyword``).
+        Read from ``term_df``, kept in step with the FTS rows at ingest and removal:
+        fts5vocab would count a term's papers by walking its postings, O(df) per term.
+        The last answer is kept too: a search asks twice (``bm25_max_idf``, ``keyword``).
         """
         terms = list(dict.fromkeys(keyword_tokens(query)))
         n_docs = self._count_cached()
@@ -412,7 +437,7 @@ class Index:
         if memo is not None and memo[0] == terms and memo[1] == n_docs and memo[2] == self._count_at:
             return n_docs, memo[3]
         marks = ",".join("?" * len(terms))
-        df = dict(self.db.execute(f"SELECT term, doc FROM papers_vocab WHERE term IN ({marks})", terms).fetchall())
+        df = dict(self.db.execute(f"SELECT term, df FROM term_df WHERE term IN ({marks})", terms).fetchall())
         stats = [(t, int(df.get(t, 0))) for t in terms]
         self._stats_memo = (terms, n_docs, self._count_at, stats)
         return n_docs, stats
@@ -485,6 +510,7 @@ class Index:
         self.doc_store.delete_nodes(node_ids=[n.node_id for n in doc_nodes])
         self.doc_store.add(doc_nodes)
         seq = int(self.db.execute("SELECT COALESCE(MAX(seq), 0) FROM papers").fetchone()[0])
+        terms: Counter[str] = Counter()
         with self.db:
             for paper in batch:
                 seq += 1
@@ -495,13 +521,16 @@ class Index:
                     (paper.id, content_hash(paper.abstract), paper.title, paper.abstract, paper.year, paper.venue,
                      json.dumps(paper.authors) if paper.authors else None, paper.url, n_chunks, seq),
                 )
-                self.db.execute(
-                    "INSERT INTO papers_fts (rowid, text) VALUES (?, ?)",
-                    (seq, " ".join(keyword_tokens(f"{paper.title}. {paper.abstract}"))),
-                )
+                tokens = keyword_tokens(f"{paper.title}. {paper.abstract}")
+                terms.update(set(tokens))
+                self.db.execute("INSERT INTO papers_fts (rowid, text) VALUES (?, ?)", (seq, " ".join(tokens)))
                 for src in paper.sources:
                     file, _, loc = src.rpartition(":")
                     self.db.execute("INSERT OR IGNORE INTO sources VALUES (?,?,?)", (paper.id, file, loc))
+            self.db.executemany(
+                "INSERT INTO term_df VALUES (?, ?) ON CONFLICT(term) DO UPDATE SET df = df + excluded.df",
+                terms.items(),
+            )
             self.db.executemany("DELETE FROM pending WHERE paper_id=?", [(p.id,) for p in batch])
         self._count_at = -1e9
         if progress is not None:
@@ -611,6 +640,7 @@ class Index:
                 r[0]
                 for r in self.db.execute("SELECT id FROM papers WHERE id NOT IN (SELECT paper_id FROM sources)")
             ]
+            self._forget_terms(orphans)
             for start in range(0, len(orphans), 500):
                 part = orphans[start : start + 500]
                 self.db.execute(f"DELETE FROM papers WHERE id IN ({','.join('?' * len(part))})", part)
@@ -627,6 +657,7 @@ class Index:
     def remove(self, paper_ids: Sequence[str]) -> int:
         known = list(self.get(paper_ids))
         with self.db:
+            self._forget_terms(known)
             for pid in known:
                 self.db.execute("DELETE FROM sources WHERE paper_id=?", (pid,))
                 self.db.execute("DELETE FROM papers WHERE id=?", (pid,))
@@ -649,6 +680,8 @@ class Index:
             self.db.execute("DELETE FROM meta")
             self.db.execute("DELETE FROM papers_fts")
             self.db.execute("DELETE FROM pending")
+            self.db.execute("DELETE FROM term_df")
+            self.db.execute("INSERT INTO meta VALUES ('term_df', '1')")
         self._count_at = -1e9
 
     def close(self) -> None:
@@ -667,7 +700,9 @@ def _node_meta(paper: Paper, chunk: int) -> dict[str, Any]:
 
 
 _STEMMER: Any = None
-_WORD = re.compile(r"(?u)\b\w\w+\b")
+# Runs of 2+ letters or digits: underscores split words, as in FTS5's unicode61 tokenizer,
+# so our per-term counts (term_df) and FTS5's matching see the same words.
+_WORD = re.compile(r"[^\W_]{2,}")
 
 
 _ACRONYM_PLURAL = re.compile(r"\b([A-Z][A-Z0-9]*[A-Z])s\b")

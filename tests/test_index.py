@@ -81,6 +81,15 @@ def assert_chunks_match_registry(index: Index) -> None:
         assert sorted(doc_ids) == sorted(f"{pid}:doc" for pid in registry(index))
 
 
+def assert_term_counts_match_fts5(index: Index) -> None:
+    """Our per-term paper counts agree with FTS5's own (fts5vocab), term by term."""
+    ours = dict(index.db.execute("SELECT term, df FROM term_df").fetchall())
+    fts5 = dict(index.db.execute("SELECT term, doc FROM papers_vocab").fetchall())
+    plain = {t for t in {*ours, *fts5} if t.isascii() and t.isalnum()}  # tokens FTS5 splits no further
+    assert plain and {t: ours.get(t, 0) for t in plain} == {t: fts5.get(t, 0) for t in plain}
+    assert all(df > 0 for df in ours.values())
+
+
 def top_ids(index: Index, settings: Settings, query: str, k: int = 5) -> list[str]:
     return [h.id for h in Retriever(index, settings).search(query, k).results]
 
@@ -159,6 +168,7 @@ def test_changed_and_removed_abstracts_are_synced(tmp_path: Path, settings: Sett
     assert list(index.get([content_hash(edited)])) == [content_hash(edited)]
     assert not [i for i in chunk_rows(index)["ids"] if i.startswith(content_hash(abba))]
     assert_chunks_match_registry(index)
+    assert_term_counts_match_fts5(index)
     assert top_ids(index, settings, "ABBA for protein folding")[0] == content_hash(edited)
     # The edited paper gets the title a fresh ingest would give it, not a tie-break variant.
     assert index.get([content_hash(edited)])[content_hash(edited)].title == derive_title(edited)
@@ -173,6 +183,16 @@ def test_changed_and_removed_abstracts_are_synced(tmp_path: Path, settings: Sett
     assert content_hash(temgx) not in {pid for pid, _ in index.keyword("TemGX temporal graph explainer", 50)}
     assert content_hash(temgx) not in top_ids(index, settings, "How does TemGX explain temporal graph networks?", 20)
     assert_chunks_match_registry(index)
+    assert_term_counts_match_fts5(index)
+    assert index.remove([content_hash(swax)]) == 1
+    assert_term_counts_match_fts5(index)
+    assert index.ingest([other], show_progress=False).added == 1
+    assert_term_counts_match_fts5(index)
+    # An index made before the counts existed gets them recounted when opened.
+    with index.db:
+        index.db.execute("DELETE FROM term_df")
+        index.db.execute("DELETE FROM meta WHERE key = 'term_df'")
+    assert_term_counts_match_fts5(Index(settings, embedder=embedder))
 
     # The other file's papers were never touched.
     assert {pid: p.to_dict() for pid, p in index.get(list(other_ids)).items()} == other_before
