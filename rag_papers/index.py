@@ -153,9 +153,7 @@ class Index:
 
     def _rebuild_term_df(self) -> None:
         """Papers per keyword term, recounted from the stored token text (indexes made before the table existed)."""
-        counts: Counter[str] = Counter()
-        for (text,) in self.db.execute("SELECT text FROM papers_fts"):
-            counts.update(set(text.split()))
+        counts = _term_counts(r[0] for r in self.db.execute("SELECT text FROM papers_fts"))
         with self.db:
             self.db.execute("DELETE FROM term_df")
             self.db.executemany("INSERT INTO term_df VALUES (?, ?)", counts.items())
@@ -164,11 +162,9 @@ class Index:
     def _forget_terms(self, paper_ids: Sequence[str]) -> None:
         """Take these papers out of ``term_df`` (call in the transaction that deletes them)."""
         counts: Counter[str] = Counter()
-        for start in range(0, len(paper_ids), 500):
-            part = list(paper_ids[start : start + 500])
-            sql = f"SELECT f.text FROM papers p JOIN papers_fts f ON f.rowid = p.seq WHERE p.id IN ({','.join('?' * len(part))})"
-            for (text,) in self.db.execute(sql, part):
-                counts.update(set(text.split()))
+        for part, marks in _in_batches(paper_ids):
+            sql = f"SELECT f.text FROM papers p JOIN papers_fts f ON f.rowid = p.seq WHERE p.id IN ({marks})"
+            counts += _term_counts(r[0] for r in self.db.execute(sql, part))
         self.db.executemany("UPDATE term_df SET df = df - ? WHERE term = ?", [(c, t) for t, c in counts.items()])
         self.db.execute("DELETE FROM term_df WHERE df <= 0")
 
@@ -262,10 +258,7 @@ class Index:
 
     def get(self, ids: Sequence[str]) -> dict[str, Paper]:
         out: dict[str, Paper] = {}
-        ids = list(dict.fromkeys(ids))
-        for start in range(0, len(ids), 500):
-            part = ids[start : start + 500]
-            marks = ",".join("?" * len(part))
+        for part, marks in _in_batches(list(dict.fromkeys(ids))):
             srcs: dict[str, list[str]] = {}
             for s in self.db.execute(f"SELECT paper_id, file, loc FROM sources WHERE paper_id IN ({marks}) ORDER BY file, loc", part):
                 srcs.setdefault(s["paper_id"], []).append(f"{s['file']}:{s['loc']}")
@@ -337,10 +330,8 @@ class Index:
     def known(self, ids: Sequence[str]) -> set[str]:
         """Which of these paper ids the registry has (a paper exists once its vectors are stored)."""
         out: set[str] = set()
-        ids = list(dict.fromkeys(ids))
-        for start in range(0, len(ids), 500):
-            part = ids[start : start + 500]
-            out.update(r[0] for r in self.db.execute(f"SELECT id FROM papers WHERE id IN ({','.join('?' * len(part))})", part))
+        for part, marks in _in_batches(list(dict.fromkeys(ids))):
+            out.update(r[0] for r in self.db.execute(f"SELECT id FROM papers WHERE id IN ({marks})", part))
         return out
 
     def passages(self, chunk_ids: Sequence[str], titles: dict[str, str] | None = None) -> dict[str, str]:
@@ -382,13 +373,12 @@ class Index:
             chosen.append(t)
             postings += df[t]
         match = " OR ".join(f'"{t}"' for t in chosen)
-        limit = max(2 * n, 100)
         if len(chosen) == len(terms):
             scored = [(int(r[0]), -float(r[1])) for r in self.db.execute(
                 "SELECT rowid, rank FROM papers_fts WHERE papers_fts MATCH ? ORDER BY rank LIMIT ?", (match, n))]
         else:
             rows = self.db.execute(
-                "SELECT rowid, text FROM papers_fts WHERE papers_fts MATCH ? ORDER BY rank LIMIT ?", (match, limit)
+                "SELECT rowid, text FROM papers_fts WHERE papers_fts MATCH ? ORDER BY rank LIMIT ?", (match, max(2 * n, 100))
             ).fetchall()
             avgdl = self._fts_avgdl() or 1.0
             idf = {t: max(math.log((n_docs - df[t] + 0.5) / (df[t] + 0.5)), 1e-6) for t in terms}  # FTS5's idf
@@ -641,9 +631,8 @@ class Index:
                 for r in self.db.execute("SELECT id FROM papers WHERE id NOT IN (SELECT paper_id FROM sources)")
             ]
             self._forget_terms(orphans)
-            for start in range(0, len(orphans), 500):
-                part = orphans[start : start + 500]
-                self.db.execute(f"DELETE FROM papers WHERE id IN ({','.join('?' * len(part))})", part)
+            for part, marks in _in_batches(orphans):
+                self.db.execute(f"DELETE FROM papers WHERE id IN ({marks})", part)
         self._count_at = -1e9
         self._delete_vectors(orphans)
         return orphans
@@ -706,6 +695,21 @@ _WORD = re.compile(r"[^\W_]{2,}")
 
 
 _ACRONYM_PLURAL = re.compile(r"\b([A-Z][A-Z0-9]*[A-Z])s\b")
+
+
+def _in_batches(ids: Sequence[str], size: int = 500) -> Iterator[tuple[list[str], str]]:
+    """Slices of ``ids`` with their ``?,?,...`` placeholders: SQLite caps the parameters of one statement."""
+    for start in range(0, len(ids), size):
+        part = list(ids[start : start + size])
+        yield part, ",".join("?" * len(part))
+
+
+def _term_counts(texts: Iterable[str]) -> Counter[str]:
+    """Papers per term, over stored keyword texts (space-joined ``keyword_tokens``)."""
+    counts: Counter[str] = Counter()
+    for text in texts:
+        counts.update(set(text.split()))
+    return counts
 
 
 def _useful(stats: list[tuple[str, int]], n_docs: int) -> list[str]:

@@ -152,7 +152,7 @@ class Retriever:
             paper = papers.get(pid)
             if paper is None or not filters.accepts(paper):
                 continue
-            d, chunk_id = dense.get(pid, (floor, ""))
+            d = dense[pid][0] if pid in dense else floor
             kw = keyword.get(pid, 0.0)
             score = w * d + (1 - w) * kw * kw_conf
             hits.append(
@@ -162,16 +162,17 @@ class Retriever:
                     score=round(score, 4),
                     dense_score=round(d, 4),
                     keyword_score=round(kw, 4),
-                    passage=chunk_id,  # replaced by the chunk's text below, for the winners only
+                    passage="",  # the best chunk's text, fetched below for the winners only
                     year=paper.year,
                     venue=paper.venue,
                 )
             )
         hits.sort(key=lambda h: (-h.score, h.id))
         hits = hits[:k]
-        texts = self.index.passages([h.passage for h in hits if h.passage], {h.id: h.title for h in hits})
+        chunk_of = {h.id: dense[h.id][1] for h in hits if h.id in dense}
+        texts = self.index.passages(list(chunk_of.values()), {h.id: h.title for h in hits})
         for h in hits:
-            h.passage = texts.get(h.passage) or _first_sentences(papers[h.id].abstract)
+            h.passage = texts.get(chunk_of.get(h.id, "")) or _first_sentences(papers[h.id].abstract)
         relevant = self.is_relevant(hits, coverage)
         timings["fuse_ms"] = _ms(t1)
         timings["total_ms"] = _ms(t0)
