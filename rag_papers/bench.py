@@ -142,10 +142,10 @@ def _worker(kind: str, args: dict[str, Any], env: dict[str, str], timeout: float
     return data
 
 
-def vm_hwm_mb() -> float | None:
-    """Peak resident memory of this process (VmHWM), in MiB; None where /proc is not there."""
+def vm_hwm_mb(pid: int | str = "self") -> float | None:
+    """Peak resident memory (VmHWM) of a process, this one by default, in MiB; None where /proc is not there."""
     try:
-        for line in Path("/proc/self/status").read_text().splitlines():
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
                 return round(int(line.split()[1]) / 1024, 1)
     except OSError:
@@ -443,8 +443,7 @@ class Bench:
         }
         if killed:
             check = verify_index(home, self.backend, self.model_cache)
-            ok = check["papers"] == n and check["duplicate_chunk_ids"] == 0 and check["missing_chunks"] == 0 \
-                and check["orphan_vectors"] == 0 and check["doc_vectors"] == n
+            ok = index_complete(check, n)
             out["kill_resume"] = {**killed, "rerun_added": ing["added"], **check, "ok": ok}
             self.log(f"{tag}: kill and resume {'OK' if ok else 'FAILED'}: {out['kill_resume']}")
         if not chroma_url:
@@ -517,15 +516,9 @@ class Bench:
         proc = subprocess.Popen(cmd, env=self.env(home), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         db = home / "papers.sqlite"
         killed_at, peak = -1, 0.0
-        status = Path(f"/proc/{proc.pid}/status")
         while proc.poll() is None:
             time.sleep(0.2)
-            try:
-                for line in status.read_text().splitlines():
-                    if line.startswith("VmHWM:"):
-                        peak = max(peak, int(line.split()[1]) / 1024)
-            except OSError:
-                pass
+            peak = max(peak, vm_hwm_mb(proc.pid) or 0.0)
             if db.exists():
                 try:
                     with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as con:
@@ -539,7 +532,7 @@ class Bench:
                     break
         Path(cmd[-1]).unlink(missing_ok=True)
         return {"killed_at_papers": killed_at, "killed_after_s": round(time.perf_counter() - t0, 3),
-                "peak_rss_mb": round(peak, 1)}
+                "peak_rss_mb": peak}
 
     def resume_check(self, n: int) -> dict[str, Any]:
         """kill -9 an ingest midway, rerun it, and check nothing is lost or doubled."""
@@ -554,8 +547,7 @@ class Bench:
             self.log("resume check: the ingest finished before it could be killed (corpus too small)")
         rerun = _worker("ours-ingest", args, self.env(home))
         check = verify_index(home, self.backend, self.model_cache)
-        ok = check["papers"] == n and check["duplicate_chunk_ids"] == 0 and check["missing_chunks"] == 0 \
-            and check["orphan_vectors"] == 0 and check["doc_vectors"] == n
+        ok = index_complete(check, n)
         out = {"n": n, "killed_at_papers": killed["killed_at_papers"], "rerun_added": rerun["added"], **check, "ok": ok}
         self.log(f"resume check: {'OK' if ok else 'FAILED'} {out}")
         if not self.args.keep:
@@ -683,6 +675,12 @@ def verify_index(home: Path, backend: str, model_cache: Path) -> dict[str, Any]:
         "orphan_vectors": len(have - expected),
         "doc_vectors": doc.count(),
     }
+
+
+def index_complete(check: dict[str, Any], n: int) -> bool:
+    """``verify_index`` found all ``n`` papers, each chunk once, and nothing else."""
+    return check["papers"] == n and check["duplicate_chunk_ids"] == 0 and check["missing_chunks"] == 0 \
+        and check["orphan_vectors"] == 0 and check["doc_vectors"] == n
 
 
 def _default_backend() -> str:

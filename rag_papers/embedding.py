@@ -563,14 +563,13 @@ def as_llama_index(embedder: Embedder) -> Any:
 def load_embedder(settings: Settings, backend: str | None = None) -> Embedder:
     """The embedder ``settings.embed_backend`` (or ``backend``) asks for."""
     name = backend or getattr(settings, "embed_backend", "torch")
+    cache = getattr(settings, "model_cache", None) or settings.home / "models"
     if name == "torch":
-        cache = getattr(settings, "model_cache", None) or settings.home / "models"
         return Embedder(settings.embed_model, settings.embed_batch_size, settings.embed_threads, cache)
     if name in ("onnx", "onnx-int8"):
-        cache = getattr(settings, "model_cache", None) or settings.home / "models"
         variant: OnnxVariant = "int8" if name == "onnx-int8" else "fp32"
         if variant == "int8":
-            graph = export_onnx(resolve_model_path(settings.embed_model, cache), "int8", cache)
+            graph = export_onnx(settings.embed_model, "int8", cache)
             cos = float(export_info(graph).get("cosine_mean", 1.0))
             if cos < INT8_MIN_COSINE:
                 # e.g. u8s8 saturation on CPUs without VNNI: measured at export, not assumed.
