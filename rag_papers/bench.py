@@ -211,7 +211,8 @@ def w_ours_ingest(args: dict[str, Any]) -> dict[str, Any]:
     report = index.ingest([Path(args["corpus"])], show_progress=bool(args.get("progress")))
     secs = time.perf_counter() - t0
     return {"model_load_s": round(load_s, 3), "ingest_s": round(secs, 3), "papers": report.total,
-            "added": report.added, "chunks": report.chunks, "backend": settings.embed_backend}
+            "added": report.added, "chunks": report.chunks, "backend": settings.embed_backend,
+            "tokens": index.embedder.tokens_embedded}
 
 
 def w_ours_query(args: dict[str, Any]) -> dict[str, Any]:
@@ -254,6 +255,7 @@ def _baseline_parts(args: dict[str, Any]) -> tuple[Any, Any]:
 
 def w_baseline_ingest(args: dict[str, Any]) -> dict[str, Any]:
     from llama_index.core import Document, StorageContext, VectorStoreIndex
+    from llama_index.core.schema import MetadataMode
 
     t0 = time.perf_counter()
     store, embed = _baseline_parts(args)
@@ -266,8 +268,14 @@ def w_baseline_ingest(args: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     VectorStoreIndex.from_documents(docs, storage_context=StorageContext.from_defaults(vector_store=store),
                                     embed_model=embed)
-    return {"model_load_s": round(load_s, 3), "ingest_s": round(time.perf_counter() - t0, 3), "papers": len(docs),
-            "vectors": store._collection.count()}
+    secs = time.perf_counter() - t0
+    # After the clock: the tokens the model ran on. Every abstract fits one default (1024-token)
+    # node, embedded with its metadata and cut at the model's window.
+    st: Any = embed._model
+    tokens = sum(len(st.tokenizer(d.get_content(metadata_mode=MetadataMode.EMBED), truncation=True,
+                                  max_length=st.max_seq_length)["input_ids"]) for d in docs)
+    return {"model_load_s": round(load_s, 3), "ingest_s": round(secs, 3), "papers": len(docs),
+            "vectors": store._collection.count(), "tokens": tokens}
 
 
 def w_baseline_query(args: dict[str, Any]) -> dict[str, Any]:
@@ -433,6 +441,7 @@ class Bench:
             "ingest_s": ing["ingest_s"], "ingest_per_s": round(n / ing["ingest_s"], 2),
             "ingest_process_s": ing["process_wall_s"], "model_load_s": ing["model_load_s"],
             "peak_rss_mb": ing["peak_rss_mb"], "papers": ing["papers"], "chunks": ing["chunks"],
+            **_token_rates(ing["tokens"], ing["added"], n, ing["ingest_s"]),
             # With a server, its data folder holds the vectors: count it too.
             "size_mb": round((du_bytes(home, exclude=home / "models")
                               + (du_bytes(self.work / "chroma-server") if chroma_url else 0)) / 2**20, 1),
@@ -477,6 +486,7 @@ class Bench:
             "ingest_s": ing["ingest_s"], "ingest_per_s": round(n / ing["ingest_s"], 2),
             "ingest_process_s": ing["process_wall_s"], "model_load_s": ing["model_load_s"],
             "peak_rss_mb": ing["peak_rss_mb"], "vectors": ing["vectors"],
+            **_token_rates(ing["tokens"], n, n, ing["ingest_s"]),
             "size_mb": round(du_bytes(d) / 2**20, 1),
             "query_p50_ms": round(_percentile(lat, 50), 2), "query_p95_ms": round(_percentile(lat, 95), 2),
             "queries": len(lat), "title_hit_at_5": f"{title_hits}/{len(titles)}",
@@ -716,8 +726,13 @@ def evaluate_targets(r: dict[str, Any]) -> list[dict[str, Any]]:
     for n in sizes:
         base = S[str(n)].get("baseline")
         if base:
-            ratio = S[str(n)]["ours"]["ingest_per_s"] / base["ingest_per_s"]
-            rows.append({"target": f"ingest throughput >= {TARGETS['ingest_vs_baseline']}x baseline at {n:,}",
+            ours_n = S[str(n)]["ours"]
+            ratio = ours_n["ingest_per_s"] / base["ingest_per_s"]
+            why = ""
+            if ours_n.get("tokens_per_s") and base.get("tokens_per_s"):
+                why = (f" (ours embeds {_ratio(ours_n['tokens_per_abstract'], base['tokens_per_abstract'])} the tokens "
+                       f"per abstract, at {_ratio(ours_n['tokens_per_s'], base['tokens_per_s'])} the tokens per second)")
+            rows.append({"target": f"ingest throughput >= {TARGETS['ingest_vs_baseline']}x baseline at {n:,}{why}",
                          "value": round(ratio, 2), "ok": ratio >= TARGETS["ingest_vs_baseline"]})
     cold = max(S[str(n)]["ours"].get("cold_start_search_s", 0) for n in sizes)
     rows.append({"target": f"search cold start < {TARGETS['cold_start_s']} s (worst size)", "value": cold,
@@ -734,6 +749,16 @@ def evaluate_targets(r: dict[str, Any]) -> list[dict[str, Any]]:
         rows.append({"target": "kill -9 mid-ingest, rerun: N unique papers, no duplicate/missing/orphan chunks",
                      "value": r["resume_check"]["papers"], "ok": r["resume_check"]["ok"]})
     return rows
+
+
+def _token_rates(tokens: int, counted: int, n: int, secs: float) -> dict[str, float]:
+    """Model tokens per abstract and per second of ingest: the work behind the abstracts/s figure.
+
+    ``counted`` abstracts produced ``tokens`` (after a kill only the resumed run is counted);
+    the rate assumes the same work per abstract over all ``n``.
+    """
+    per = tokens / max(counted, 1)
+    return {"tokens_per_abstract": round(per, 1), "tokens_per_s": round(per * n / max(secs, 1e-9), 1)}
 
 
 def _ratio(a: float | None, b: float | None) -> str:
@@ -768,6 +793,14 @@ def markdown(r: dict[str, Any]) -> str:
         out.append("\nQuery time parts (ours, p50 ms): " + "; ".join(
             f"{int(n):,}: " + ", ".join(f"{k} {v}" for k, v in row["ours"]["query_parts_p50_ms"].items())
             for n, row in sorted(r["sizes"].items(), key=lambda kv: int(kv[0]))))
+        work = [(int(n), row["ours"], row["baseline"]) for n, row in sorted(r["sizes"].items(), key=lambda kv: int(kv[0]))
+                if row.get("baseline") and row["ours"].get("tokens_per_abstract") and row["baseline"].get("tokens_per_abstract")]
+        if work:
+            out.append("\nEmbedding work behind the ingest ratio (model tokens, special tokens included): " + "; ".join(
+                f"{n:,}: ours {o['tokens_per_abstract']:.0f} tokens per abstract ({o['chunks'] / max(o['papers'], 1):.2f} "
+                f"chunks: the whole abstract, title on each) vs the baseline's {b['tokens_per_abstract']:.0f} (one vector, "
+                f"cut at the model's window) = {_ratio(o['tokens_per_abstract'], b['tokens_per_abstract'])} the work; "
+                f"tokens per second {_ratio(o['tokens_per_s'], b['tokens_per_s'])} the baseline's" for n, o, b in work))
         out.append(f"\n`rag-papers --help`: {r.get('help_s', '-')} s\n")
     if r.get("targets"):
         out.append("| target | value | met |\n|---|---|---|")

@@ -151,6 +151,9 @@ class Embedder:
     """Sentence-transformers through llama-index's ``HuggingFaceEmbedding``, loaded offline."""
 
     backend: str = "torch"
+    # Model tokens run through embed_documents so far (special tokens included, after
+    # truncation): the bench compares ingest work with the baseline's by this.
+    tokens_embedded: int = 0
 
     def __init__(self, model: str, batch_size: int = 64, threads: int = 0, cache_dir: Path | None = None) -> None:
         path = resolve_model_path(model, cache_dir)
@@ -177,6 +180,7 @@ class Embedder:
         return list(self.tokenizer.encode(text, add_special_tokens=False, verbose=False))
 
     def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        self.tokens_embedded += sum(min(len(self.count_tokens(t)) + 2, self.max_tokens) for t in texts)
         return [list(v) for v in self._emb.get_text_embedding_batch(list(texts))]
 
     def embed_query(self, text: str) -> list[float]:
@@ -501,6 +505,7 @@ class OnnxEmbedder(Embedder):
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         encodings = self._tok.encode_batch([self._prep(t) for t in texts])
+        self.tokens_embedded += sum(len(e.ids) for e in encodings)
         order = sorted(range(len(encodings)), key=lambda i: -len(encodings[i].ids))
         out = np.zeros((len(encodings), self.dim), dtype=np.float32)
         start = 0
