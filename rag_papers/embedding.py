@@ -183,6 +183,12 @@ class Embedder:
         self.tokens_embedded += sum(min(len(self.count_tokens(t)) + 2, self.max_tokens) for t in texts)
         return [list(v) for v in self._emb.get_text_embedding_batch(list(texts))]
 
+    def embed_array(self, texts: Sequence[str]) -> Any:
+        """(n, dim) float32 array: what Chroma takes without a per-float Python list."""
+        import numpy as np
+
+        return np.asarray(self.embed_documents(texts), dtype=np.float32).reshape(len(texts), self.dim)
+
     def embed_query(self, text: str) -> list[float]:
         return list(self._emb.get_query_embedding(text))
 

@@ -373,7 +373,7 @@ def test_good_file_with_bad_file_adds_nothing(tmp_path: Path, seeded: Settings) 
         index.ingest([good, bad], show_progress=False)
     assert index.count() == 38
     assert index.get([content_hash(ABSTRACT_Z)]) == {}
-    assert index.store.client.get(where={"paper_id": content_hash(ABSTRACT_Z)})["ids"] == []
+    assert index.store.get(where={"paper_id": content_hash(ABSTRACT_Z)})["ids"] == []
     index.close()
 
 

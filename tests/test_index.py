@@ -62,7 +62,15 @@ def covered_in_pieces(sentence: str, chunks: list[str], min_chars: int = 12) -> 
 
 def chunk_rows(index: Index) -> dict[str, Any]:
     """Everything in the Chroma collection, read through the collection itself."""
-    return index.store.client.get(include=["documents", "metadatas"])
+    return index.store.get(include=["metadatas"])
+
+
+def chunk_texts_by_paper(index: Index) -> dict[str, list[str]]:
+    """Chunk texts as the registry keeps them, in chunk order."""
+    out: dict[str, list[str]] = {}
+    for pid, text in index.db.execute("SELECT paper_id, text FROM chunks ORDER BY paper_id, i"):
+        out.setdefault(pid, []).append(text)
+    return out
 
 
 def registry(index: Index) -> dict[str, int]:
@@ -76,8 +84,9 @@ def assert_chunks_match_registry(index: Index) -> None:
     expected = {f"{pid}:{i}" for pid, n in registry(index).items() for i in range(n)}
     assert len(ids) == sum(registry(index).values())
     assert set(ids) == expected
+    assert {pid: len(c) for pid, c in chunk_texts_by_paper(index).items()} == registry(index)  # texts, likewise
     if hasattr(type(index), "doc_store"):  # the index also keeps one whole-paper vector per paper
-        doc_ids = index.doc_store.client.get()["ids"]
+        doc_ids = index.doc_store.get()["ids"]
         assert sorted(doc_ids) == sorted(f"{pid}:doc" for pid in registry(index))
 
 
@@ -103,22 +112,40 @@ def test_seeds_ingest_stores_chunks_covering_every_abstract(seeded: Settings, em
     assert_chunks_match_registry(index)
 
     rows = chunk_rows(index)
-    docs: dict[str, list[str]] = {}
-    for doc, meta in zip(rows["documents"], rows["metadatas"]):
-        docs.setdefault(meta["paper_id"], []).append(doc)
+    for vid, meta in zip(rows["ids"], rows["metadatas"]):
+        assert vid == f"{meta['paper_id']}:{meta['chunk']}" and meta["document_id"] == meta["paper_id"]
         assert (meta["venue"], meta["year"]) == ("ICLR", 2026)
-        # Each chunk fits the embedding model's window (with [CLS]/[SEP]).
-        assert len(embedder.count_tokens(doc)) + 2 <= embedder.max_tokens
+    texts = chunk_texts_by_paper(index)
+    assert {pid: len(c) for pid, c in texts.items()} == registry(index)
     papers = index.get(list(registry(index)))
     for a in abstracts:
         paper = papers[content_hash(a)]
         assert paper.abstract == a
-        assert all(d.startswith(f"{paper.title}. ") for d in docs[paper.id])
-        chunks = [d.removeprefix(f"{paper.title}. ") for d in docs[paper.id]]
+        chunks = texts[paper.id]
+        # Each chunk, as embedded (led by the title), fits the model's window with [CLS]/[SEP].
+        assert all(len(embedder.count_tokens(f"{paper.title}. {c}")) + 2 <= embedder.max_tokens for c in chunks)
+        assert index.passages([f"{paper.id}:{i}" for i in range(len(chunks))]) == {
+            f"{paper.id}:{i}": c for i, c in enumerate(chunks)}
         for sentence in SENTENCE_END.split(a):
             if not any(sentence in c for c in chunks):
                 # Split across chunks (the splitter cuts at '?*' and '=?),'): all of it, in order, in long pieces.
                 assert covered_in_pieces(sentence, chunks), (paper.id, sentence)
+    index.close()
+
+
+def test_passages_of_an_index_written_before_the_chunks_table(settings: Settings, embedder: Any, tmp_path: Path) -> None:
+    """Older indexes kept chunk texts only as Chroma documents (title-led): still served, title cut."""
+    index = Index(settings, embedder=embedder)
+    index.ingest([SEED_004], show_progress=False)
+    pid, title = index.db.execute("SELECT id, title FROM papers ORDER BY seq LIMIT 1").fetchone()
+    text = index.passages([f"{pid}:0"])[f"{pid}:0"]
+    with index.db:
+        index.db.execute("DELETE FROM chunks WHERE paper_id=?", (pid,))
+    assert index.passages([f"{pid}:0"]) == {}
+    col = index.store
+    vec = col.get(ids=[f"{pid}:0"], include=["embeddings"])["embeddings"]
+    col.update(ids=[f"{pid}:0"], embeddings=vec, documents=[f"{title}. {text}"])
+    assert index.passages([f"{pid}:0"], {pid: title}) == {f"{pid}:0": text}
     index.close()
 
 
@@ -233,17 +260,14 @@ def test_ingest_killed_midway_keeps_index_usable_and_resumes(
     monkeypatch.setattr(Index, "_store_batch", store_batch)
     if when == "after_second_batch_vectors":
         # The second batch's chunk vectors reach Chroma, then the process dies before the registry is written.
-        from llama_index.vector_stores.chroma import ChromaVectorStore
+        real_upsert = Index._upsert
 
-        real_add = ChromaVectorStore.add
-
-        def add(self: Any, nodes: list[Any], **kw: Any) -> list[str]:
-            out = real_add(self, nodes, **kw)
+        def upsert(store: Any, ids: list[str], vectors: Any, metadatas: list[dict[str, Any]]) -> None:
+            real_upsert(store, ids, vectors, metadatas)
             if calls["n"] >= 2:
                 raise SimulatedKill("killed")
-            return out
 
-        monkeypatch.setattr(ChromaVectorStore, "add", add)
+        monkeypatch.setattr(Index, "_upsert", staticmethod(upsert))
 
     with pytest.raises(SimulatedKill):
         index.ingest([later], show_progress=False)
@@ -273,24 +297,21 @@ def test_vectors_of_a_killed_batch_are_dropped_even_if_its_file_changes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, embedder: Any
 ) -> None:
     """Killed after the vector write, before the registry write; the file then loses those abstracts."""
-    from llama_index.vector_stores.chroma import ChromaVectorStore
-
     settings = Settings(home=tmp_path / "home", embed_batch_size=16)  # papers are stored 8 at a time
     corpus = tmp_path / "c.txt"
     kept = paragraphs(SEED_004)[:8]
     corpus.write_text("ICLR 2026 Papers\n\n" + "\n\n".join(paragraphs(SEED_004)[:12]) + "\n", encoding="utf-8")
-    real_add = ChromaVectorStore.add
+    real_upsert = Index._upsert
     adds = {"n": 0}
 
-    def add(self: Any, nodes: list[Any], **kw: Any) -> list[str]:
-        out = real_add(self, nodes, **kw)
-        if any(n.node_id.endswith(":0") for n in nodes):  # the chunk collection, not the head vectors
+    def upsert(store: Any, ids: list[str], vectors: Any, metadatas: list[dict[str, Any]]) -> None:
+        real_upsert(store, ids, vectors, metadatas)
+        if any(i.endswith(":0") for i in ids):  # the chunk collection, not the head vectors
             adds["n"] += 1
             if adds["n"] == 2:
                 raise SimulatedKill("killed")
-        return out
 
-    monkeypatch.setattr(ChromaVectorStore, "add", add)
+    monkeypatch.setattr(Index, "_upsert", staticmethod(upsert))
     index = Index(settings, embedder=embedder)
     with pytest.raises(SimulatedKill):
         index.ingest([corpus], show_progress=False)
