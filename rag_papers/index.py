@@ -80,7 +80,6 @@ CREATE INDEX IF NOT EXISTS sources_file ON sources(file);
 CREATE INDEX IF NOT EXISTS papers_title ON papers(title);
 CREATE UNIQUE INDEX IF NOT EXISTS papers_seq ON papers(seq);
 CREATE VIRTUAL TABLE IF NOT EXISTS papers_fts USING fts5(text, tokenize='unicode61');
-CREATE VIRTUAL TABLE IF NOT EXISTS papers_vocab USING fts5vocab(papers_fts, 'row');
 CREATE TABLE IF NOT EXISTS pending (paper_id TEXT PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS term_df (term TEXT PRIMARY KEY, df INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TRIGGER IF NOT EXISTS papers_fts_delete AFTER DELETE ON papers BEGIN
