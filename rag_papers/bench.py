@@ -441,6 +441,7 @@ class Bench:
             "ingest_s": ing["ingest_s"], "ingest_per_s": round(n / ing["ingest_s"], 2),
             "ingest_process_s": ing["process_wall_s"], "model_load_s": ing["model_load_s"],
             "peak_rss_mb": ing["peak_rss_mb"], "papers": ing["papers"], "chunks": ing["chunks"],
+            "chunks_per_abstract": round(ing["chunks"] / max(ing["added"], 1), 2),
             **_token_rates(ing["tokens"], ing["added"], n, ing["ingest_s"]),
             # With a server, its data folder holds the vectors: count it too.
             "size_mb": round((du_bytes(home, exclude=home / "models")
@@ -667,6 +668,7 @@ def verify_index(home: Path, backend: str, model_cache: Path) -> dict[str, Any]:
 
     con = sqlite3.connect(home / "papers.sqlite")
     papers = {pid: n for pid, n in con.execute("SELECT id, n_chunks FROM papers")}
+    texts = [f"{pid}:{i}" for pid, i in con.execute("SELECT paper_id, i FROM chunks")]
     con.close()
     client = chromadb.PersistentClient(path=str(home / "chroma"), settings=ChromaSettings(anonymized_telemetry=False))
     ids: list[str] = []
@@ -683,6 +685,8 @@ def verify_index(home: Path, backend: str, model_cache: Path) -> dict[str, Any]:
         "duplicate_chunk_ids": len(ids) - len(have),
         "missing_chunks": len(expected - have),
         "orphan_vectors": len(have - expected),
+        "missing_texts": len(expected - set(texts)),
+        "orphan_texts": len(set(texts) - expected),
         "doc_vectors": doc.count(),
     }
 
@@ -690,7 +694,8 @@ def verify_index(home: Path, backend: str, model_cache: Path) -> dict[str, Any]:
 def index_complete(check: dict[str, Any], n: int) -> bool:
     """``verify_index`` found all ``n`` papers, each chunk once, and nothing else."""
     return check["papers"] == n and check["duplicate_chunk_ids"] == 0 and check["missing_chunks"] == 0 \
-        and check["orphan_vectors"] == 0 and check["doc_vectors"] == n
+        and check["orphan_vectors"] == 0 and check["doc_vectors"] == n \
+        and check["missing_texts"] == 0 and check["orphan_texts"] == 0
 
 
 def _default_backend() -> str:
@@ -797,7 +802,7 @@ def markdown(r: dict[str, Any]) -> str:
                 if row.get("baseline") and row["ours"].get("tokens_per_abstract") and row["baseline"].get("tokens_per_abstract")]
         if work:
             out.append("\nEmbedding work behind the ingest ratio (model tokens, special tokens included): " + "; ".join(
-                f"{n:,}: ours {o['tokens_per_abstract']:.0f} tokens per abstract ({o['chunks'] / max(o['papers'], 1):.2f} "
+                f"{n:,}: ours {o['tokens_per_abstract']:.0f} tokens per abstract ({o['chunks_per_abstract']:.2f} "
                 f"chunks: the whole abstract, title on each) vs the baseline's {b['tokens_per_abstract']:.0f} (one vector, "
                 f"cut at the model's window) = {_ratio(o['tokens_per_abstract'], b['tokens_per_abstract'])} the work; "
                 f"tokens per second {_ratio(o['tokens_per_s'], b['tokens_per_s'])} the baseline's" for n, o, b in work))

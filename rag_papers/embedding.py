@@ -151,8 +151,8 @@ class Embedder:
     """Sentence-transformers through llama-index's ``HuggingFaceEmbedding``, loaded offline."""
 
     backend: str = "torch"
-    # Model tokens run through embed_documents so far (special tokens included, after
-    # truncation): the bench compares ingest work with the baseline's by this.
+    # Model tokens run through embed_documents so far, by anyone (special tokens included,
+    # after truncation): the bench compares ingest work with the baseline's by this.
     tokens_embedded: int = 0
 
     def __init__(self, model: str, batch_size: int = 64, threads: int = 0, cache_dir: Path | None = None) -> None:
@@ -180,11 +180,13 @@ class Embedder:
         return list(self.tokenizer.encode(text, add_special_tokens=False, verbose=False))
 
     def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
-        self.tokens_embedded += sum(min(len(self.count_tokens(t)) + 2, self.max_tokens) for t in texts)
+        if texts:
+            enc = self.tokenizer(list(texts), truncation=True, max_length=self.max_tokens)
+            self.tokens_embedded += sum(len(ids) for ids in enc["input_ids"])
         return [list(v) for v in self._emb.get_text_embedding_batch(list(texts))]
 
     def embed_array(self, texts: Sequence[str]) -> Any:
-        """(n, dim) float32 array: what Chroma takes without a per-float Python list."""
+        """(n, dim) float32 array, the form the ONNX backend produces and Chroma takes."""
         import numpy as np
 
         return np.asarray(self.embed_documents(texts), dtype=np.float32).reshape(len(texts), self.dim)

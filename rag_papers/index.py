@@ -206,9 +206,8 @@ class Index:
 
         Not llama-index's ``ChromaVectorStore``: it writes every chunk's text as a Chroma
         document plus its node JSON as metadata, and decodes that JSON on every query (see
-        ``_nearest`` and ``_store_batch`` for what that cost), so nothing here used it but
-        its handle on the collection. Importing it also cost a one-shot ``search`` over a
-        second (llama-index core).
+        ``_nearest`` and ``_store_batch`` for what that cost). Importing it also cost a
+        one-shot ``search`` over a second (llama-index core).
         """
         client = self._client if self._client is not None else self._chroma_client()
         self._client = client
@@ -536,7 +535,7 @@ class Index:
                 tokens = keyword_tokens(f"{paper.title}. {paper.abstract}")
                 terms.update(set(tokens))
                 self.db.execute("INSERT INTO papers_fts (rowid, text) VALUES (?, ?)", (seq, " ".join(tokens)))
-                self.db.executemany("INSERT OR REPLACE INTO chunks VALUES (?,?,?)",
+                self.db.executemany("INSERT INTO chunks VALUES (?,?,?)",
                                     [(paper.id, i, chunk) for p, i, chunk in passages if p is paper])
                 for src in paper.sources:
                     file, _, loc = src.rpartition(":")
@@ -612,7 +611,8 @@ class Index:
                 else:
                     paper = to_paper(rec)
                     paper.sources = [f"{key_file}:{loc}"]
-                    if self.db.execute("SELECT 1 FROM papers WHERE id=?", (paper.id,)).fetchone():
+                    if any(p.id == paper.id for p in batch) or self.db.execute(
+                            "SELECT 1 FROM papers WHERE id=?", (paper.id,)).fetchone():
                         paper.id = f"{paper.id}-{h[:8]}"  # a user id reused for different text
                     paper.title = self._unique_title(paper.abstract, paper.title, paper.id, rec.title is None)
                     if any(p.title == paper.title for p in batch):

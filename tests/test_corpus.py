@@ -408,3 +408,17 @@ def test_bad_input_cli_leaves_index_untouched(tmp_path: Path, seeded: Settings) 
     hit = json.loads(res.stdout)
     assert hit["relevant"] is True
     assert hit["results"][0]["id"] == content_hash(abba)
+
+
+def test_one_user_id_for_two_abstracts_in_one_batch_keeps_both(tmp_path: Path, small_index: Index) -> None:
+    """A reused id is suffixed with the text's hash, whether the first use is indexed already or in the same batch."""
+    f = tmp_path / "ids.jsonl"
+    f.write_text("".join(json.dumps({"id": "p1", "abstract": a}) + "\n" for a in (ABSTRACT_X, ABSTRACT_Y)), encoding="utf-8")
+    report = small_index.ingest([f], show_progress=False)
+    assert (report.added, report.total) == (2, 2)
+    ids = sorted(r[0] for r in small_index.db.execute("SELECT id FROM papers"))
+    assert ids == sorted(["p1", f"p1-{content_hash(ABSTRACT_Y)[:8]}"])
+    g = tmp_path / "more.jsonl"
+    g.write_text(json.dumps({"id": "p1", "abstract": ABSTRACT_Z}) + "\n", encoding="utf-8")
+    assert small_index.ingest([g], show_progress=False).added == 1
+    assert small_index.get([f"p1-{content_hash(ABSTRACT_Z)[:8]}"])
