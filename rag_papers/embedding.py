@@ -469,6 +469,9 @@ class OnnxEmbedder(Embedder):
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.log_severity_level = 3
+        # No spin-waiting between runs: on a 2-core machine onnxruntime's idle worker
+        # spinning took a core from the SQLite and Chroma work around each query.
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self._session = ort.InferenceSession(str(self.onnx_path), opts, providers=["CPUExecutionProvider"])
         self._inputs = {i.name for i in self._session.get_inputs()}
         self._llama: Any = None
