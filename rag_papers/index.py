@@ -61,7 +61,7 @@ def passage_text(title: str, chunk: str) -> str:
     chunk plus one tail that overlaps it: every sentence is covered for about 2 embeddings
     a paper. Smaller chunks (96 tokens, 4-5 a paper) measured no better on eval/qa.jsonl
     and cost 2x the ingest time; no overlap (0 or 24 tokens instead of 48) lost 2
-    paraphrase hits at 1 for 7-9% fewer tokens.
+    paraphrase hits at 1 for 8-10% fewer tokens.
     """
     return f"{title}. {chunk}"
 
