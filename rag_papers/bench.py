@@ -668,7 +668,7 @@ def verify_index(home: Path, backend: str, model_cache: Path) -> dict[str, Any]:
 
     con = sqlite3.connect(home / "papers.sqlite")
     papers = {pid: n for pid, n in con.execute("SELECT id, n_chunks FROM papers")}
-    texts = [f"{pid}:{i}" for pid, i in con.execute("SELECT paper_id, i FROM chunks")]
+    texts = {f"{pid}:{i}" for pid, i in con.execute("SELECT paper_id, i FROM chunks")}  # (paper_id, i) is the key
     con.close()
     client = chromadb.PersistentClient(path=str(home / "chroma"), settings=ChromaSettings(anonymized_telemetry=False))
     ids: list[str] = []
@@ -685,8 +685,8 @@ def verify_index(home: Path, backend: str, model_cache: Path) -> dict[str, Any]:
         "duplicate_chunk_ids": len(ids) - len(have),
         "missing_chunks": len(expected - have),
         "orphan_vectors": len(have - expected),
-        "missing_texts": len(expected - set(texts)),
-        "orphan_texts": len(set(texts) - expected),
+        "missing_texts": len(expected - texts),
+        "orphan_texts": len(texts - expected),
         "doc_vectors": doc.count(),
     }
 

@@ -525,7 +525,8 @@ class Index:
         with self.db:
             for paper in batch:
                 seq += 1
-                n_chunks = sum(1 for p, _, _ in passages if p is paper)
+                chunk_rows = [(paper.id, i, chunk) for p, i, chunk in passages if p is paper]
+                n_chunks = len(chunk_rows)
                 self.db.execute(
                     "INSERT INTO papers (id, hash, title, abstract, year, venue, authors, url, n_chunks, seq) "
                     "VALUES (?,?,?,?,?,?,?,?,?,?)",
@@ -535,8 +536,7 @@ class Index:
                 tokens = keyword_tokens(f"{paper.title}. {paper.abstract}")
                 terms.update(set(tokens))
                 self.db.execute("INSERT INTO papers_fts (rowid, text) VALUES (?, ?)", (seq, " ".join(tokens)))
-                self.db.executemany("INSERT INTO chunks VALUES (?,?,?)",
-                                    [(paper.id, i, chunk) for p, i, chunk in passages if p is paper])
+                self.db.executemany("INSERT INTO chunks VALUES (?,?,?)", chunk_rows)
                 for src in paper.sources:
                     file, _, loc = src.rpartition(":")
                     self.db.execute("INSERT OR IGNORE INTO sources VALUES (?,?,?)", (paper.id, file, loc))
@@ -667,8 +667,7 @@ class Index:
         return orphans
 
     def _delete_vectors(self, paper_ids: list[str]) -> None:
-        for start in range(0, len(paper_ids), 200):
-            part = paper_ids[start : start + 200]
+        for part, _ in _in_batches(paper_ids, 200):
             self.store.delete(where={"document_id": {"$in": part}})
             self.doc_store.delete(where={"document_id": {"$in": part}})
 
