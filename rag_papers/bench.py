@@ -795,7 +795,8 @@ def markdown(r: dict[str, Any]) -> str:
                 if row.get("server_same_results")]
         if same:
             out.append("\nSame top-5 ids, in the same order, from the embedded store and the server: " + "; ".join(same))
-        out.append("\nQuery time parts (ours, p50 ms): " + "; ".join(
+        out.append("\nQuery time parts (ours, p50 ms; keyword_ms runs in a thread beside embed_ms + dense_ms, "
+                   "so the parts overlap): " + "; ".join(
             f"{int(n):,}: " + ", ".join(f"{k} {v}" for k, v in row["ours"]["query_parts_p50_ms"].items())
             for n, row in sorted(r["sizes"].items(), key=lambda kv: int(kv[0]))))
         work = [(int(n), row["ours"], row["baseline"]) for n, row in sorted(r["sizes"].items(), key=lambda kv: int(kv[0]))

@@ -74,6 +74,28 @@ def test_filters_restrict_both_retrievers(engine: Engine) -> None:
     assert only.results and all("hadamard" in only.papers[h.id].abstract.lower() for h in only.results)
 
 
+def test_registry_rows_are_read_for_the_winners_and_filters_fill_k_in_rank_order(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fusion reads paper rows in rank order, k at a time, until k papers pass the filters."""
+    full = engine.search("low-rank adaptation of large models", 30).results  # every seed paper is a candidate
+    top_text = f"{full[0].title} {engine.index.get([full[0].id])[full[0].id].abstract}".lower()
+    texts = {pid: f"{p.title} {p.abstract}".lower() for pid, p in engine.index.get([h.id for h in full]).items()}
+    word = next(
+        w for w in ("matrix", "training", "parameters", "model", "performance")
+        if w not in top_text and sum(w in texts[h.id] for h in full) >= 3
+    )
+    calls: list[int] = []
+    real_get = engine.index.get
+    monkeypatch.setattr(engine.index, "get", lambda ids: calls.append(len(ids)) or real_get(ids))
+    assert [h.id for h in engine.search("low-rank adaptation of large models", 3).results] == [h.id for h in full[:3]]
+    assert calls and max(calls) <= 3
+    calls.clear()
+    got = engine.search("low-rank adaptation of large models", 3, filters=Filters(keyword=word)).results
+    assert [h.id for h in got] == [h.id for h in full if word in texts[h.id]][:3]
+    assert full[0].id not in {h.id for h in got}
+
+
 def test_cli_search_json_batches_queries(seeded: Settings) -> None:
     queries = [ABBA_Q, OFF_TOPIC[0], "What is SWAX?"]
     res = run_cli("search", "--json", *queries)
