@@ -21,6 +21,11 @@ from rag_papers.config import PROJECT_ROOT, Settings
 
 KINDS = ("lexical", "paraphrase", "multi", "offtopic")
 DEFAULT_CONFIGS = ("naive", "dense", "bm25", "rrf", "hybrid")
+FITTED_NOTE = (
+    "fitted floor: the highest relevance floor that wrongly refuses at most 1% of the answerable questions, fitted on "
+    "these questions (set it as min_score / min_dense / min_bm25); its refusal recall is the best any single floor "
+    "on that evidence can do here."
+)
 METRIC_NAMES = {"Success@1": "hit@1", "R@5": "recall@5", "R@10": "recall@10", "RR": "MRR", "nDCG@10": "nDCG@10"}
 
 
@@ -57,7 +62,8 @@ def load_qa(path: Path) -> list[Question]:
 
 
 # ------------------------------------------------------------ configurations
-Ranker = Callable[[str, int], tuple[list[tuple[str, float]], bool]]
+# (ranked (paper id, score), relevant, the relevance evidence that was thresholded, if the config has one)
+Ranker = Callable[[str, int], tuple[list[tuple[str, float]], bool, float | None]]
 
 
 def _hybrid_like(engine: Any, mode: str) -> Ranker:
@@ -65,9 +71,9 @@ def _hybrid_like(engine: Any, mode: str) -> Ranker:
 
     retriever = Retriever(engine.index, engine.settings.model_copy(update={"retrieval": mode}))
 
-    def rank(q: str, k: int) -> tuple[list[tuple[str, float]], bool]:
+    def rank(q: str, k: int) -> tuple[list[tuple[str, float]], bool, float | None]:
         res = retriever.search(q, k)
-        return [(h.id, h.score) for h in res.results], res.relevant
+        return [(h.id, h.score) for h in res.results], res.relevant, res.relevance
 
     return rank
 
@@ -79,7 +85,7 @@ def _rrf(engine: Any) -> Ranker:
     dense = Retriever(engine.index, engine.settings.model_copy(update={"retrieval": "dense"}))
     bm25 = Retriever(engine.index, engine.settings.model_copy(update={"retrieval": "bm25"}))
 
-    def rank(q: str, k: int) -> tuple[list[tuple[str, float]], bool]:
+    def rank(q: str, k: int) -> tuple[list[tuple[str, float]], bool, float | None]:
         fused: dict[str, float] = {}
         relevant = False
         for r in (dense.search(q, 50), bm25.search(q, 50)):
@@ -87,7 +93,7 @@ def _rrf(engine: Any) -> Ranker:
             for i, h in enumerate(r.results):
                 fused[h.id] = fused.get(h.id, 0.0) + 1 / (60 + i + 1)
         ranked = sorted(fused.items(), key=lambda x: -x[1])[:k]
-        return ranked, relevant
+        return ranked, relevant, None  # two separate floors: no single score to calibrate
 
     return rank
 
@@ -104,13 +110,13 @@ def _naive(engine: Any) -> Ranker:
     emb = engine.index.embedder._emb
     vindex = VectorStoreIndex.from_documents(docs, embed_model=emb, transformations=[SentenceSplitter(chunk_size=1024)])
 
-    def rank(q: str, k: int) -> tuple[list[tuple[str, float]], bool]:
+    def rank(q: str, k: int) -> tuple[list[tuple[str, float]], bool, float | None]:
         nodes = vindex.as_retriever(similarity_top_k=k).retrieve(q)
         seen: dict[str, float] = {}
         for n in nodes:
             pid = n.node.metadata["paper_id"]
             seen.setdefault(pid, float(n.score or 0.0))
-        return list(seen.items()), True
+        return list(seen.items()), True, None
 
     return rank
 
@@ -153,12 +159,15 @@ def score_config(name: str, ranker: Ranker, questions: list[Question], k: int = 
     run: list[Any] = []
     lat: list[float] = []
     relevant_flags: dict[str, bool] = {}
+    evidences: dict[str, float] = {}
     ranker("warm up", k)  # the first query pays one-off costs (model warm-up, index load)
     for q in questions:
         t0 = time.perf_counter()
-        ranked, relevant = ranker(q.question, k)
+        ranked, relevant, evidence = ranker(q.question, k)
         lat.append((time.perf_counter() - t0) * 1000)
         relevant_flags[q.id] = relevant
+        if evidence is not None:
+            evidences[q.id] = evidence
         for g in q.gold:
             qrels.append(ir_measures.Qrel(q.id, g, 1))
         for i, (pid, _score) in enumerate(ranked):
@@ -187,10 +196,30 @@ def score_config(name: str, ranker: Ranker, questions: list[Question], k: int = 
         "false_refusal_rate": round(sum(1 for q in answerable if not relevant_flags[q.id]) / len(answerable), 4)
         if answerable else 0.0,
     }
+    if off and answerable and len(evidences) == len(questions):
+        out.refusal.update(fit_floor([evidences[q.id] for q in answerable], [evidences[q.id] for q in off]))
     out.latency_ms = {"p50": round(_percentile(lat, 50), 2), "p95": round(_percentile(lat, 95), 2)}
     for row in out.per_question:
         row.update(per_q.get(row["id"], {}))
     return out
+
+
+def fit_floor(answerable: list[float], offtopic: list[float], max_false: float = 0.01) -> dict[str, float]:
+    """The highest relevance floor refusing at most ``max_false`` of the answerable questions.
+
+    A floor refuses a question whose evidence is below it. Fitted on the very questions it
+    is scored on, so its refusal recall is an upper bound for any single threshold on
+    this evidence: it says whether a better floor exists, or whether the evidence itself
+    cannot tell off-topic questions from answerable ones.
+    """
+    ranked = sorted(answerable)
+    allowed = int(max_false * len(ranked))  # answerable questions that may fall below
+    floor = ranked[allowed] if allowed < len(ranked) else float("inf")
+    return {
+        "fitted_floor": round(floor, 4),
+        "fitted_refusal_recall": round(sum(1 for x in offtopic if x < floor) / len(offtopic), 4),
+        "fitted_false_refusal_rate": round(sum(1 for x in answerable if x < floor) / len(answerable), 4),
+    }
 
 
 def score_answers(engine: Any, questions: list[Question], llm: str | None, model: str | None) -> dict[str, Any]:
@@ -238,13 +267,18 @@ def table(results: list[ConfigResult]) -> str:
                 f"{m['recall@10']:>6.3f} {m['MRR']:>6.3f} {m['nDCG@10']:>8.3f}"
             )
     lines.append("")
-    lines.append(f"{'config':<8} {'refusal recall':>15} {'refusal precision':>18} {'false refusals':>15} {'p50 ms':>8} {'p95 ms':>8}")
+    lines.append(
+        f"{'config':<8} {'refusal recall':>15} {'refusal precision':>18} {'false refusals':>15} {'p50 ms':>8} {'p95 ms':>8}"
+        f"  {'fitted floor -> refusal recall':>30}"
+    )
     for r in results:
         f = r.refusal
+        fitted = f"{f['fitted_floor']:.4f} -> {f['fitted_refusal_recall']:.3f}" if "fitted_floor" in f else "-"
         lines.append(
             f"{r.name:<8} {f['refusal_recall']:>15.3f} {f['refusal_precision']:>18.3f} {f['false_refusal_rate']:>15.3f} "
-            f"{r.latency_ms['p50']:>8.1f} {r.latency_ms['p95']:>8.1f}"
+            f"{r.latency_ms['p50']:>8.1f} {r.latency_ms['p95']:>8.1f}  {fitted:>30}"
         )
+    lines.append(FITTED_NOTE)
     return "\n".join(lines)
 
 
@@ -256,12 +290,15 @@ def markdown(results: list[ConfigResult], meta: dict[str, Any], answers: dict[st
         for kind, m in r.metrics.items():
             out.append(f"| {r.name} | {kind} | {int(m['n'])} | {m['hit@1']:.3f} | {m['recall@5']:.3f} | "
                        f"{m['recall@10']:.3f} | {m['MRR']:.3f} | {m['nDCG@10']:.3f} |")
-    out.append("\n| config | refusal recall (off-topic) | refusal precision | false refusals (answerable) | p50 ms | p95 ms |")
-    out.append("|---|---|---|---|---|---|")
+    out.append("\n| config | refusal recall (off-topic) | refusal precision | false refusals (answerable) | p50 ms | p95 ms "
+               "| fitted floor | refusal recall at it |")
+    out.append("|---|---|---|---|---|---|---|---|")
     for r in results:
         f = r.refusal
+        fitted = f"{f['fitted_floor']:.4f} | {f['fitted_refusal_recall']:.3f}" if "fitted_floor" in f else "- | -"
         out.append(f"| {r.name} | {f['refusal_recall']:.3f} | {f['refusal_precision']:.3f} | "
-                   f"{f['false_refusal_rate']:.3f} | {r.latency_ms['p50']:.1f} | {r.latency_ms['p95']:.1f} |")
+                   f"{f['false_refusal_rate']:.3f} | {r.latency_ms['p50']:.1f} | {r.latency_ms['p95']:.1f} | {fitted} |")
+    out.append(f"\n{FITTED_NOTE}")
     if answers:
         out.append(f"\n## Answers ({answers['backend']}{' ' + answers['model'] if answers['model'] else ''})\n")
         out.append(f"- citation precision {answers['citation_precision']:.3f}, recall {answers['citation_recall']:.3f}")

@@ -86,12 +86,14 @@ class SearchResult:
     relevant: bool
     timings: dict[str, float] = field(default_factory=dict)
     papers: dict[str, Paper] = field(default_factory=dict, repr=False)
+    relevance: float = 0.0  # the evidence ``relevant`` thresholds (see ``Retriever.relevance``)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "query": self.query,
             "results": [h.to_dict() for h in self.results],
             "relevant": self.relevant,
+            "relevance": self.relevance,
             "timings": self.timings,
         }
 
@@ -178,10 +180,13 @@ class Retriever:
         texts = self.index.passages(list(chunk_of.values()), {h.id: h.title for h in hits})
         for h in hits:
             h.passage = texts.get(chunk_of.get(h.id, "")) or _first_sentences(papers[h.id].abstract)
-        relevant = self.is_relevant(hits, coverage)
+        relevance = self.relevance(hits, coverage)
         timings["fuse_ms"] = _ms(t1)
         timings["total_ms"] = _ms(t0)
-        return SearchResult(query, hits, relevant, timings, {h.id: papers[h.id] for h in hits})
+        return SearchResult(
+            query, hits, bool(hits) and relevance >= self.floor(), timings, {h.id: papers[h.id] for h in hits},
+            round(relevance, 4),
+        )
 
     def _keyword_side(self, query: str, pool: int) -> tuple[dict[str, float], float, float]:
         """(paper id -> share of the query's idf mass matched, coverage, milliseconds)."""
@@ -196,24 +201,28 @@ class Retriever:
                 keyword[pid] = min(1.0, score / known_idf)
         return keyword, coverage, _ms(t0)
 
-    def is_relevant(self, hits: list[Hit], coverage: float = 1.0) -> bool:
-        """Evidence, not an LLM: is the best paper's score above the calibrated floor?
+    def relevance(self, hits: list[Hit], coverage: float = 1.0) -> float:
+        """Evidence, not an LLM: the score that must reach ``floor()`` for a result to count as relevant.
 
         For the decision the keyword share is taken over *all* query words, unknown ones
         included (``coverage`` scales it), so an egg-boiling question that shares one word
-        with an abstract stays off-topic. Thresholds were calibrated on eval/qa.jsonl for
-        at most 1% wrongly refused answerable questions.
+        with an abstract stays off-topic. The floors were calibrated on eval/qa.jsonl for
+        at most 1% wrongly refused answerable questions; ``rag-papers eval`` prints the
+        floor that would do that on any Q&A file.
         """
         if not hits:
-            return False
+            return 0.0
         s = self.settings
-        top = hits[0]
         if s.retrieval == "bm25":
-            return top.keyword_score * coverage >= s.min_bm25
+            return hits[0].keyword_score * coverage
         if s.retrieval == "dense":
-            return max(h.dense_score for h in hits) >= s.min_dense
+            return max(h.dense_score for h in hits)
         w = s.dense_weight
-        return max(w * h.dense_score + (1 - w) * h.keyword_score * coverage for h in hits) >= s.min_score
+        return max(w * h.dense_score + (1 - w) * h.keyword_score * coverage for h in hits)
+
+    def floor(self) -> float:
+        s = self.settings
+        return {"bm25": s.min_bm25, "dense": s.min_dense, "hybrid": s.min_score}[s.retrieval]
 
 
 def _ms(t: float) -> float:

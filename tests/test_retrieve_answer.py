@@ -62,7 +62,8 @@ def test_paper_named_in_the_query_ranks_first(engine: Engine, query: str, name: 
 
 @pytest.mark.parametrize("query", OFF_TOPIC)
 def test_off_topic_queries_are_not_relevant(engine: Engine, query: str) -> None:
-    assert engine.search(query).relevant is False
+    res = engine.search(query)
+    assert res.relevant is False and res.relevance < engine.settings.min_score
 
 
 def test_filters_restrict_both_retrievers(engine: Engine) -> None:
@@ -110,6 +111,8 @@ def test_cli_search_json_batches_queries(seeded: Settings) -> None:
             assert {"id", "title", "score"} <= set(hit)
             assert isinstance(hit["score"], float)
     assert (lines[0]["relevant"], lines[1]["relevant"], lines[2]["relevant"]) == (True, False, True)
+    # ``relevance`` is the evidence the default floor (min_score) is applied to.
+    assert [obj["relevance"] >= seeded.min_score for obj in lines] == [obj["relevant"] for obj in lines]
     assert lines[0]["results"][0]["id"] == ABBA_ID
     assert lines[2]["results"][0]["id"] == content_hash(coining("SWAX"))
 

@@ -1,0 +1,114 @@
+"""Evaluate stage: `rag-papers eval` end to end on the seeds, its metrics checked independently, bad Q&A files."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+
+from rag_papers.config import PROJECT_ROOT, Settings
+from rag_papers.evaluate import DEFAULT_CONFIGS, fit_floor
+
+QA = PROJECT_ROOT / "eval" / "qa.jsonl"
+
+
+def test_eval_scores_every_config_and_writes_its_reports(seeded: Settings, tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    res = run_cli("eval", "--json", "--out", str(out), timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    report = json.loads(res.stdout)
+    configs = {c["name"]: c for c in report["configs"]}
+    assert list(configs) == list(DEFAULT_CONFIGS)
+
+    questions = [json.loads(line) for line in QA.read_text().splitlines() if line.strip()]
+    kinds = Counter(q["kind"] for q in questions)
+    assert report["meta"]["questions"] == len(questions) and report["meta"]["papers"] == 38
+
+    for c in configs.values():
+        for kind in ("lexical", "paraphrase", "multi"):
+            assert c["metrics"][kind]["n"] == kinds[kind]
+            assert all(0.0 <= v <= 1.0 for k, v in c["metrics"][kind].items() if k != "n")
+        # ir-measures' hit@1 and recall@5, recomputed here from the ranked lists the run recorded.
+        for kind in ("lexical", "paraphrase", "multi"):
+            rows = [r for r in c["per_question"] if r["kind"] == kind]
+            hit1 = statistics.fmean(1.0 if r["ranked"][:1] and r["ranked"][0] in r["gold"] else 0.0 for r in rows)
+            rec5 = statistics.fmean(len(set(r["ranked"][:5]) & set(r["gold"])) / len(r["gold"]) for r in rows)
+            assert c["metrics"][kind]["hit@1"] == pytest.approx(hit1, abs=1e-4)
+            assert c["metrics"][kind]["recall@5"] == pytest.approx(rec5, abs=1e-4)
+        off = [r for r in c["per_question"] if r["kind"] == "offtopic"]
+        assert c["refusal"]["offtopic"] == kinds["offtopic"] == len(off)
+        assert c["refusal"]["refusal_recall"] == pytest.approx(sum(not r["relevant"] for r in off) / len(off), abs=1e-4)
+        assert c["latency_ms"]["p50"] > 0
+
+    # The issue's floor: the default is no worse than the naive dense baseline on any kind.
+    for kind in ("lexical", "paraphrase", "multi", "all"):
+        assert configs["hybrid"]["metrics"][kind]["hit@1"] >= configs["naive"]["metrics"][kind]["hit@1"], kind
+    # Plainly unrelated questions are refused; no answerable one is.
+    assert configs["hybrid"]["refusal"]["false_refusal_rate"] <= 0.01
+    refused = {r["id"] for r in configs["hybrid"]["per_question"] if not r["relevant"]}
+    by_text = {q["id"]: q["question"] for q in questions}
+    assert any("FIFA" in by_text[i] for i in refused) and any("sourdough" in by_text[i] for i in refused)
+
+    # A fitted floor where one score decides relevance; none for the naive pipeline or plain RRF.
+    for name in ("dense", "bm25", "hybrid"):
+        f = configs[name]["refusal"]
+        assert f["fitted_false_refusal_rate"] <= 0.01
+        if f["false_refusal_rate"] <= 0.01:  # the configured floor is one of the floors the fit chose among
+            assert f["fitted_refusal_recall"] >= f["refusal_recall"]
+    assert "fitted_floor" not in configs["naive"]["refusal"] and "fitted_floor" not in configs["rrf"]["refusal"]
+
+    assert json.loads((out / "results.json").read_text())["meta"]["questions"] == len(questions)
+    md = (out / "report.md").read_text()
+    assert "| hybrid | paraphrase |" in md and "fitted floor" in md
+    assert (out / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_eval_terminal_table_and_own_qa_file(seeded: Settings, tmp_path: Path) -> None:
+    """A user's own file: two questions, the default format, two configurations."""
+    lines = [json.loads(line) for line in QA.read_text().splitlines() if line.strip()]
+    mine = [next(q for q in lines if q["kind"] == "lexical"), next(q for q in lines if q["kind"] == "offtopic")]
+    qa = tmp_path / "mine.jsonl"
+    qa.write_text("".join(json.dumps(q) + "\n" for q in mine))
+    res = run_cli("eval", "--qa", str(qa), "--configs", "bm25,hybrid", "--out", str(tmp_path / "r"), timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    table = res.stdout.splitlines()
+    assert any(line.split()[:2] == ["hybrid", "lexical"] for line in table)
+    assert not any(line.startswith("naive") for line in table)
+    assert "results.json" in res.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (None, "Q&A file not found"),
+        ('{"id": "a", "question": "x", "gold": []}\nnot json\n', ":2: bad Q&A line"),
+        ('{"id": "a", "question": "x", "gold": []}\n{"id": "a", "question": "y", "gold": []}\n', "duplicate question id"),
+        ('{"id": "a", "question": "x", "gold": ["no-such-paper"]}\n', "gold ids not in the index: no-such-paper"),
+        ("\n\n", "no questions"),
+    ],
+)
+def test_bad_qa_files_fail_in_one_line(seeded: Settings, tmp_path: Path, content: str | None, expected: str) -> None:
+    qa = tmp_path / "qa.jsonl"
+    if content is not None:
+        qa.write_text(content)
+    res = run_cli("eval", "--qa", str(qa), "--configs", "bm25", "--out", str(tmp_path / "r"))
+    assert res.returncode != 0
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert expected in res.stderr and str(qa) in res.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_fit_floor_refuses_at_most_the_allowed_answerable_questions() -> None:
+    # Under 100 answerable questions, 1% allows none: the floor is the weakest answerable score.
+    assert fit_floor([0.5, 0.3, 0.4], [0.1, 0.35, 0.29]) == {
+        "fitted_floor": 0.3, "fitted_refusal_recall": 0.6667, "fitted_false_refusal_rate": 0.0,
+    }
+    # 200 answerable: 2 may be refused, so the floor is the third weakest.
+    answerable = [0.1, 0.2] + [0.5] * 198
+    assert fit_floor(answerable, [0.45, 0.6, 0.05, 0.2]) == {
+        "fitted_floor": 0.5, "fitted_refusal_recall": 0.75, "fitted_false_refusal_rate": 0.01,
+    }
