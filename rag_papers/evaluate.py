@@ -212,9 +212,11 @@ def fit_floor(answerable: list[float], offtopic: list[float], max_false: float =
     this evidence: it says whether a better floor exists, or whether the evidence itself
     cannot tell off-topic questions from answerable ones.
     """
+    if not answerable or not offtopic:
+        raise ValueError("fit_floor needs answerable and off-topic questions")
     ranked = sorted(answerable)
-    allowed = int(max_false * len(ranked))  # answerable questions that may fall below
-    floor = ranked[allowed] if allowed < len(ranked) else float("inf")
+    allowed = min(int(max_false * len(ranked)), len(ranked) - 1)  # answerable questions that may fall below
+    floor = ranked[allowed]
     return {
         "fitted_floor": round(floor, 4),
         "fitted_refusal_recall": round(sum(1 for x in offtopic if x < floor) / len(offtopic), 4),

@@ -18,6 +18,7 @@ import math
 import re
 import sqlite3
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -138,21 +139,24 @@ class Index:
     def __init__(self, settings: Settings, embedder: Embedder | None = None) -> None:
         self.settings = settings
         settings.home.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(settings.db_path, check_same_thread=False, timeout=30)
-        self.db.row_factory = sqlite3.Row
+        self.db = _connect(settings.db_path)
         self.db.execute("PRAGMA journal_mode=WAL")
-        # Read pages through a memory map (SQLite caps it at 2 GiB by default) instead of a read()
-        # call per page: at 100k papers a cold search touches ~1,000 pages of FTS postings and rows,
-        # and this cut the keyword side of a fresh process's searches from 11.5 to 7.0 ms (p50).
-        self.db.execute("PRAGMA mmap_size=4294967296")
         self.db.executescript(_SCHEMA)
+        # Reads from other threads (a search's keyword side, UI request threads) get their own
+        # connections: CPython 3.12+ cannot step one connection from two threads at once
+        # (cpython#118172), and with separate connections their reads do not take turns.
+        self._owner = threading.get_ident()
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
+        # Shared by every search on this index; a task in it must never wait on another task in it.
+        self._threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="rag-papers-search")
         self._embedder = embedder
         self._client: Any = None
         self._count_value, self._count_at = 0, -1e9
         self._stats_memo: tuple[list[str], int, float, list[tuple[str, int]]] | None = None
         self._store: Any = None
         self._doc_store: Any = None
-        self._threads: ThreadPoolExecutor | None = None
         if self._meta("term_df") != "1":
             self._rebuild_term_df()
 
@@ -264,7 +268,7 @@ class Index:
 
     # ---- reading
     def count(self) -> int:
-        return int(self.db.execute("SELECT COUNT(*) FROM papers").fetchone()[0])
+        return int(self._conn().execute("SELECT COUNT(*) FROM papers").fetchone()[0])
 
     def _count_cached(self) -> int:
         """COUNT(*) scans an index: fine per command, too slow per query at millions of rows."""
@@ -277,9 +281,9 @@ class Index:
         out: dict[str, Paper] = {}
         for part, marks in _in_batches(list(dict.fromkeys(ids))):
             srcs: dict[str, list[str]] = {}
-            for s in self.db.execute(f"SELECT paper_id, file, loc FROM sources WHERE paper_id IN ({marks}) ORDER BY file, loc", part):
+            for s in self._conn().execute(f"SELECT paper_id, file, loc FROM sources WHERE paper_id IN ({marks}) ORDER BY file, loc", part):
                 srcs.setdefault(s["paper_id"], []).append(f"{s['file']}:{s['loc']}")
-            for row in self.db.execute(f"SELECT * FROM papers WHERE id IN ({marks})", part):
+            for row in self._conn().execute(f"SELECT * FROM papers WHERE id IN ({marks})", part):
                 out[row["id"]] = _row_to_paper(row, srcs.get(row["id"], []))
         return out
 
@@ -287,7 +291,7 @@ class Index:
         """All papers in ingest order, streamed."""
         last = -1
         while True:
-            rows = self.db.execute("SELECT id, seq FROM papers WHERE seq > ? ORDER BY seq LIMIT 1000", (last,)).fetchall()
+            rows = self._conn().execute("SELECT id, seq FROM papers WHERE seq > ? ORDER BY seq LIMIT 1000", (last,)).fetchall()
             if not rows:
                 return
             got = self.get([r["id"] for r in rows])
@@ -299,7 +303,7 @@ class Index:
     def field_values(self, column: str) -> list[Any]:
         if column not in ("year", "venue"):
             raise ValueError(column)
-        return [r[0] for r in self.db.execute(f"SELECT DISTINCT {column} FROM papers WHERE {column} IS NOT NULL ORDER BY 1")]
+        return [r[0] for r in self._conn().execute(f"SELECT DISTINCT {column} FROM papers WHERE {column} IS NOT NULL ORDER BY 1")]
 
     @staticmethod
     def _nearest(store: Any, query_vec: list[float], n: int, where: dict[str, Any] | None) -> list[tuple[str, float]]:
@@ -347,16 +351,26 @@ class Index:
         return [h for h in hits if h.paper_id in known][:n]
 
     def pool(self) -> ThreadPoolExecutor:
-        """Two worker threads for a search's independent reads (keyword side, second vector store)."""
-        if self._threads is None:
-            self._threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="rag-papers-search")
+        """Two worker threads, shared by all searches on this index, for their independent reads
+        (the keyword side, the second vector store). Tasks must not wait on other tasks."""
         return self._threads
+
+    def _conn(self) -> sqlite3.Connection:
+        """This thread's connection for reads: the main one in the thread that opened the index."""
+        if threading.get_ident() == self._owner:
+            return self.db
+        conn: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if conn is None:
+            conn = self._local.db = _connect(self.settings.db_path)
+            with self._readers_lock:
+                self._readers.append(conn)
+        return conn
 
     def known(self, ids: Sequence[str]) -> set[str]:
         """Which of these paper ids the registry has (a paper exists once its vectors are stored)."""
         out: set[str] = set()
         for part, marks in _in_batches(list(dict.fromkeys(ids))):
-            out.update(r[0] for r in self.db.execute(f"SELECT id FROM papers WHERE id IN ({marks})", part))
+            out.update(r[0] for r in self._conn().execute(f"SELECT id FROM papers WHERE id IN ({marks})", part))
         return out
 
     def passages(self, chunk_ids: Sequence[str], titles: dict[str, str] | None = None) -> dict[str, str]:
@@ -368,7 +382,7 @@ class Index:
         wanted = list(dict.fromkeys(chunk_ids))
         out: dict[str, str] = {}
         for part, marks in _in_batches(list({vid.rpartition(":")[0] for vid in wanted})):
-            for pid, i, text in self.db.execute(f"SELECT paper_id, i, text FROM chunks WHERE paper_id IN ({marks})", part):
+            for pid, i, text in self._conn().execute(f"SELECT paper_id, i, text FROM chunks WHERE paper_id IN ({marks})", part):
                 out[f"{pid}:{i}"] = text
         out = {vid: out[vid] for vid in wanted if vid in out}
         older = [vid for vid in wanted if vid not in out]
@@ -406,10 +420,10 @@ class Index:
             postings += df[t]
         match = " OR ".join(f'"{t}"' for t in chosen)
         if len(chosen) == len(terms):
-            scored = [(int(r[0]), -float(r[1])) for r in self.db.execute(
+            scored = [(int(r[0]), -float(r[1])) for r in self._conn().execute(
                 "SELECT rowid, rank FROM papers_fts WHERE papers_fts MATCH ? ORDER BY rank LIMIT ?", (match, n))]
         else:
-            rows = self.db.execute(
+            rows = self._conn().execute(
                 "SELECT rowid, text FROM papers_fts WHERE papers_fts MATCH ? ORDER BY rank LIMIT ?", (match, max(2 * n, 100))
             ).fetchall()
             avgdl = self._fts_avgdl() or 1.0
@@ -429,12 +443,12 @@ class Index:
         if not scored:
             return []
         marks = ",".join("?" * len(scored))
-        ids = dict(self.db.execute(f"SELECT seq, id FROM papers WHERE seq IN ({marks})", [r for r, _ in scored]).fetchall())
+        ids = dict(self._conn().execute(f"SELECT seq, id FROM papers WHERE seq IN ({marks})", [r for r, _ in scored]).fetchall())
         return [(ids[r], sc) for r, sc in scored if sc > 0 and r in ids]
 
     def _fts_avgdl(self) -> float | None:
         """Mean tokens per paper, from FTS5's own totals record (rows, then tokens per column, as varints)."""
-        row = self.db.execute("SELECT block FROM papers_fts_data WHERE id = 1").fetchone()
+        row = self._conn().execute("SELECT block FROM papers_fts_data WHERE id = 1").fetchone()
         if not row or not row[0]:
             return None
         values: list[int] = []
@@ -463,7 +477,7 @@ class Index:
         if memo is not None and memo[0] == terms and memo[1] == n_docs and memo[2] == self._count_at:
             return n_docs, memo[3]
         marks = ",".join("?" * len(terms))
-        df = dict(self.db.execute(f"SELECT term, df FROM term_df WHERE term IN ({marks})", terms).fetchall())
+        df = dict(self._conn().execute(f"SELECT term, df FROM term_df WHERE term IN ({marks})", terms).fetchall())
         stats = [(t, int(df.get(t, 0))) for t in terms]
         self._stats_memo = (terms, n_docs, self._count_at, stats)
         return n_docs, stats
@@ -718,11 +732,23 @@ class Index:
         self._count_at = -1e9
 
     def close(self) -> None:
-        if self._threads is not None:
-            self._threads.shutdown(wait=True)
-            self._threads = None
+        self._threads.shutdown(wait=True)
+        with self._readers_lock:
+            for conn in self._readers:
+                conn.close()
+            self._readers.clear()
         with closing(self.db):
             pass
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    db = sqlite3.connect(path, check_same_thread=False, timeout=30)
+    db.row_factory = sqlite3.Row
+    # Read pages through a memory map (SQLite caps it at 2 GiB by default) instead of a read()
+    # call per page: at 100k papers a cold search touches ~1,000 pages of FTS postings and rows,
+    # and this cut the keyword side of a fresh process's searches from 11.5 to 7.0 ms (p50).
+    db.execute("PRAGMA mmap_size=4294967296")
+    return db
 
 
 def _node_meta(paper: Paper, chunk: int) -> dict[str, Any]:

@@ -113,16 +113,17 @@ class Retriever:
 
     def search(self, query: str, top_k: int | None = None, filters: Filters | None = None) -> SearchResult:
         s = self.settings
-        k = top_k or s.top_k
+        k = max(1, top_k or s.top_k)
         filters = filters or Filters()
         mode = s.retrieval
         pool = max(s.candidates, k) * (4 if filters.active() else 1)
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
 
-        # The keyword side needs no query vector: it runs in a worker thread while the query is
-        # embedded and the vector stores are searched (SQLite and onnxruntime release the GIL).
-        kw_side = self.index.pool().submit(self._keyword_side, query, pool) if mode in ("hybrid", "bm25") else None
+        # The keyword side needs no query vector: in hybrid mode it runs in a worker thread (with
+        # its own SQLite connection) while the query is embedded and the vector stores are
+        # searched; SQLite, onnxruntime and chromadb's HNSW search release the GIL.
+        kw_side = self.index.pool().submit(self._keyword_side, query, pool) if mode == "hybrid" else None
 
         dense: dict[str, tuple[float, str]] = {}
         if mode in ("hybrid", "dense"):
@@ -137,21 +138,24 @@ class Retriever:
         coverage = 1.0  # share of the query's idf mass made of words the corpus knows
         if kw_side is not None:
             keyword, coverage, timings["keyword_ms"] = kw_side.result()
+        elif mode == "bm25":
+            keyword, coverage, timings["keyword_ms"] = self._keyword_side(query, pool)
 
         t1 = time.perf_counter()
         w = {"hybrid": s.dense_weight, "dense": 1.0, "bm25": 0.0}[mode]
-        floor = min((d for d, _ in dense.values()), default=0.0)
+        dense_floor = min((d for d, _ in dense.values()), default=0.0)  # for papers only the keyword side found
         # The keyword side's say scales with its own confidence: when even its best paper
         # matches little of the query (a paraphrase), its ranking is mostly noise.
         kw_conf = max(keyword.values(), default=0.0) ** 0.5 if mode == "hybrid" else 1.0
         scored: list[tuple[float, str, float, float]] = []
         for pid in dict.fromkeys([*dense, *keyword]):
-            d = dense[pid][0] if pid in dense else floor
+            d = dense[pid][0] if pid in dense else dense_floor
             kw = keyword.get(pid, 0.0)
-            scored.append((round(w * d + (1 - w) * kw * kw_conf, 4), pid, d, kw))
+            scored.append((round(_fused(w, d, kw * kw_conf), 4), pid, d, kw))
         scored.sort(key=lambda x: (-x[0], x[1]))
-        # Registry rows only for the winners, read in rank order until k pass the filters:
-        # reading all ~100 candidates' rows was most of the fusion time at 100k papers.
+        # Registry rows only for the winners, read in rank order (k at a time, 4k with filters)
+        # until k pass the filters: reading all ~100 candidates' rows was most of the fusion
+        # time at 100k papers.
         papers: dict[str, Paper] = {}
         hits: list[Hit] = []
         step = k * (4 if filters.active() else 1)
@@ -180,12 +184,11 @@ class Retriever:
         texts = self.index.passages(list(chunk_of.values()), {h.id: h.title for h in hits})
         for h in hits:
             h.passage = texts.get(chunk_of.get(h.id, "")) or _first_sentences(papers[h.id].abstract)
-        relevance = self.relevance(hits, coverage)
+        relevance = round(self.relevance(hits, coverage), 4)  # decided on the value reported
         timings["fuse_ms"] = _ms(t1)
         timings["total_ms"] = _ms(t0)
         return SearchResult(
-            query, hits, bool(hits) and relevance >= self.floor(), timings, {h.id: papers[h.id] for h in hits},
-            round(relevance, 4),
+            query, hits, bool(hits) and relevance >= self.floor(), timings, {h.id: papers[h.id] for h in hits}, relevance
         )
 
     def _keyword_side(self, query: str, pool: int) -> tuple[dict[str, float], float, float]:
@@ -217,12 +220,16 @@ class Retriever:
             return hits[0].keyword_score * coverage
         if s.retrieval == "dense":
             return max(h.dense_score for h in hits)
-        w = s.dense_weight
-        return max(w * h.dense_score + (1 - w) * h.keyword_score * coverage for h in hits)
+        return max(_fused(s.dense_weight, h.dense_score, h.keyword_score * coverage) for h in hits)
 
     def floor(self) -> float:
         s = self.settings
         return {"bm25": s.min_bm25, "dense": s.min_dense, "hybrid": s.min_score}[s.retrieval]
+
+
+def _fused(w: float, dense: float, keyword: float) -> float:
+    """One score from a cosine and a (confidence- or coverage-scaled) keyword share."""
+    return w * dense + (1 - w) * keyword
 
 
 def _ms(t: float) -> float:

@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 
+from rag_papers.chat import Engine
 from rag_papers.config import PROJECT_ROOT, Settings
-from rag_papers.evaluate import DEFAULT_CONFIGS, fit_floor
+from rag_papers.evaluate import DEFAULT_CONFIGS, fit_floor, run_eval
+from rag_papers.retrieve import Retriever
 
 QA = PROJECT_ROOT / "eval" / "qa.jsonl"
 
@@ -107,8 +109,29 @@ def test_fit_floor_refuses_at_most_the_allowed_answerable_questions() -> None:
     assert fit_floor([0.5, 0.3, 0.4], [0.1, 0.35, 0.29]) == {
         "fitted_floor": 0.3, "fitted_refusal_recall": 0.6667, "fitted_false_refusal_rate": 0.0,
     }
+    # Ties at the floor stay accepted: only scores strictly below it are refused.
+    assert fit_floor([0.3, 0.3, 0.6], [0.3, 0.2]) == {
+        "fitted_floor": 0.3, "fitted_refusal_recall": 0.5, "fitted_false_refusal_rate": 0.0,
+    }
     # 200 answerable: 2 may be refused, so the floor is the third weakest.
     answerable = [0.1, 0.2] + [0.5] * 198
     assert fit_floor(answerable, [0.45, 0.6, 0.05, 0.2]) == {
         "fitted_floor": 0.5, "fitted_refusal_recall": 0.75, "fitted_false_refusal_rate": 0.01,
     }
+
+
+def test_the_fitted_floor_applied_as_min_score_refuses_what_eval_said(engine: Engine, tmp_path: Path) -> None:
+    """Set the fitted floor as ``min_score`` and search again: the refusals are the ones eval reported."""
+    report = run_eval(engine.settings, QA, tmp_path / "r", ["hybrid"], engine=engine)
+    fitted = report["configs"][0]["refusal"]
+    questions = [json.loads(line) for line in QA.read_text().splitlines() if line.strip()]
+    calibrated = Retriever(engine.index, engine.settings.model_copy(update={"min_score": fitted["fitted_floor"]}))
+    refused = {q["id"] for q in questions if not calibrated.search(q["question"]).relevant}
+    answerable = [q for q in questions if q["gold"]]
+    off = [q for q in questions if not q["gold"]]
+    assert sum(q["id"] in refused for q in answerable) / len(answerable) == pytest.approx(
+        fitted["fitted_false_refusal_rate"], abs=1e-4)
+    assert sum(q["id"] in refused for q in off) / len(off) == pytest.approx(fitted["fitted_refusal_recall"], abs=1e-4)
+    # The floor is the highest such: nudging it up refuses one more answerable question.
+    stricter = Retriever(engine.index, engine.settings.model_copy(update={"min_score": fitted["fitted_floor"] + 1e-4}))
+    assert sum(not stricter.search(q["question"]).relevant for q in answerable) > len(answerable) * 0.01
