@@ -116,7 +116,8 @@ class Retriever:
         k = max(1, top_k or s.top_k)
         filters = filters or Filters()
         mode = s.retrieval
-        pool = max(s.candidates, k) * (4 if filters.active() else 1)
+        widen = 4 if filters.active() else 1  # filters reject some candidates: look further down
+        pool = max(s.candidates, k) * widen
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
 
@@ -158,13 +159,14 @@ class Retriever:
         # time at 100k papers.
         papers: dict[str, Paper] = {}
         hits: list[Hit] = []
-        step = k * (4 if filters.active() else 1)
-        for start in range(0, len(scored), step):
-            part = scored[start : start + step]
+        for start in range(0, len(scored), k * widen):
+            part = scored[start : start + k * widen]
             papers.update(self.index.get([pid for _, pid, _, _ in part]))
             for score, pid, d, kw in part:
                 paper = papers.get(pid)
-                if paper is None or not filters.accepts(paper) or len(hits) == k:
+                if len(hits) == k:
+                    break
+                if paper is None or not filters.accepts(paper):
                     continue
                 hits.append(
                     Hit(
