@@ -30,6 +30,7 @@ import re
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,6 +155,7 @@ class Embedder:
     # Model tokens run through embed_documents so far, by anyone (special tokens included,
     # after truncation): the bench compares ingest work with the baseline's by this.
     tokens_embedded: int = 0
+    embed_seconds: float = 0.0  # wall time spent embedding them: the share of an ingest the model takes
 
     def __init__(self, model: str, batch_size: int = 64, threads: int = 0, cache_dir: Path | None = None) -> None:
         path = resolve_model_path(model, cache_dir)
@@ -180,10 +182,13 @@ class Embedder:
         return list(self.tokenizer.encode(text, add_special_tokens=False, verbose=False))
 
     def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        t0 = time.perf_counter()
         if texts:
             enc = self.tokenizer(list(texts), truncation=True, max_length=self.max_tokens)
             self.tokens_embedded += sum(len(ids) for ids in enc["input_ids"])
-        return [list(v) for v in self._emb.get_text_embedding_batch(list(texts))]
+        out = [list(v) for v in self._emb.get_text_embedding_batch(list(texts))]
+        self.embed_seconds += time.perf_counter() - t0
+        return out
 
     def embed_array(self, texts: Sequence[str]) -> Any:
         """(n, dim) float32 array, the form the ONNX backend produces and Chroma takes."""
@@ -515,6 +520,7 @@ class OnnxEmbedder(Embedder):
         np = self._np
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        t0 = time.perf_counter()
         encodings = self._tok.encode_batch([self._prep(t) for t in texts])
         self.tokens_embedded += sum(len(e.ids) for e in encodings)
         order = sorted(range(len(encodings)), key=lambda i: -len(encodings[i].ids))
@@ -527,6 +533,7 @@ class OnnxEmbedder(Embedder):
             idx = order[start : start + rows]
             out[idx] = self._run([encodings[i] for i in idx])
             start += rows
+        self.embed_seconds += time.perf_counter() - t0
         return out
 
     def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:

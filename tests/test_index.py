@@ -448,3 +448,30 @@ def test_fts_average_length_is_read_from_fts5(seeded: Settings) -> None:
     texts = [r[0] for r in index.db.execute("SELECT text FROM papers_fts")]
     assert index._fts_avgdl() == pytest.approx(sum(len(t.split()) for t in texts) / len(texts), rel=0.01)
     index.close()
+
+
+def test_papers_of_an_earlier_batch_count_for_duplicates_ids_and_titles(tmp_path: Path, embedder: Any) -> None:
+    """Within one ingest, a record repeating the text, id or title of a paper stored in an earlier
+    batch is handled as if that paper had been there before the ingest."""
+    settings = Settings(home=tmp_path / "home", embed_batch_size=16)  # 8 papers a batch
+    texts = paragraphs(SEED_004)[:11]
+    rows = [{"id": f"p{i}", "title": f"Paper {i}", "abstract": texts[i]} for i in range(8)]
+    rows += [
+        {"id": "p0", "title": "Paper eight", "abstract": texts[8]},  # p0 is in the first batch: a reused id
+        {"id": "again", "title": "Again", "abstract": texts[2]},  # the same text as p2: a duplicate
+        {"id": "p9", "title": "Paper 3", "abstract": texts[9]},  # the title of p3
+        {"id": "p10", "title": "Paper 10", "abstract": texts[10]},
+    ]
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    index = Index(settings, embedder=embedder)
+    report = index.ingest([corpus], show_progress=False)
+    assert (report.records, report.added, report.duplicates, report.total) == (12, 11, 1, 11)
+    got = {r["id"]: (r["title"], r["hash"]) for r in index.db.execute("SELECT id, title, hash FROM papers")}
+    assert got["p0"] == ("Paper 0", content_hash(texts[0]))
+    assert got[f"p0-{content_hash(texts[8])[:8]}"] == ("Paper eight", content_hash(texts[8]))
+    assert "again" not in got
+    assert got["p9"][0] == "Paper 3 [p9]" and got["p3"][0] == "Paper 3"
+    assert len({t for t, _ in got.values()}) == 11
+    assert_chunks_match_registry(index)
+    index.close()
