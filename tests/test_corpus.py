@@ -34,7 +34,7 @@ SEED_FILES = sorted(SEEDS.glob("*.txt"))
 def plain_paragraphs(path: Path) -> list[tuple[int, str]]:
     """(first line number, whitespace-collapsed text) of each blank-line separated paragraph."""
     out: list[tuple[int, str]] = []
-    start, buf = 0, []
+    start, buf = 0, list[str]()
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines() + [""], 1):
         if line.strip():
             if not buf:

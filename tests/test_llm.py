@@ -94,6 +94,7 @@ def test_ollama_answer_streams_with_citations_checked(stub: OllamaStub, engine: 
     ollama_engine(engine, stub.url)
     engine.settings.source_min_ratio = 0.0  # all top-5 papers in the prompt, so [2] is valid
     backend, _ = get_backend(engine.settings, "ollama")
+    assert backend is not None
     stream = engine.ask(ABBA_Q, backend)
     chunks = list(stream)
     answer = stream.answer

@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import SEEDS, FakeBackend, run_cli
@@ -89,7 +90,11 @@ def test_registry_rows_are_read_for_the_winners_and_filters_fill_k_in_rank_order
     )
     calls: list[int] = []
     real_get = engine.index.get
-    monkeypatch.setattr(engine.index, "get", lambda ids: calls.append(len(ids)) or real_get(ids))
+    def counted_get(ids: list[str]) -> Any:
+        calls.append(len(ids))
+        return real_get(ids)
+
+    monkeypatch.setattr(engine.index, "get", counted_get)
     assert [h.id for h in engine.search("low-rank adaptation of large models", 3).results] == [h.id for h in full[:3]]
     assert calls and max(calls) <= 3
     calls.clear()
