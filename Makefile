@@ -14,7 +14,7 @@ chat: setup
 
 lint:
 	.venv/bin/ruff check rag_papers tests app.py eval
-	.venv/bin/mypy rag_papers app.py
+	.venv/bin/mypy rag_papers app.py tests
 
 test: setup-dev lint
 	.venv/bin/python -m pytest -q -ra
