@@ -699,14 +699,18 @@ class Bench:
 
 
 def verify_index(home: Path, backend: str, model_cache: Path) -> dict[str, Any]:
-    """Registry and vectors agree: every paper's chunks present once, no vectors without a paper."""
+    """Registry, vectors and keyword copy agree: every paper's chunks present once, nothing without a paper."""
     import chromadb
     from chromadb.config import Settings as ChromaSettings
+
+    from rag_papers.keyword import KeywordStore
 
     con = sqlite3.connect(home / "papers.sqlite")
     papers = {pid: n for pid, n in con.execute("SELECT id, n_chunks FROM papers")}
     texts = {f"{pid}:{i}" for pid, i in con.execute("SELECT paper_id, i FROM chunks")}  # (paper_id, i) is the key
+    seqs = {int(r[0]) for r in con.execute("SELECT seq FROM papers")}
     con.close()
+    kw_seqs = KeywordStore(home / "keyword").seqs()
     client = chromadb.PersistentClient(path=str(home / "chroma"), settings=ChromaSettings(anonymized_telemetry=False))
     ids: list[str] = []
     col = client.get_collection("papers", embedding_function=None)
@@ -725,14 +729,18 @@ def verify_index(home: Path, backend: str, model_cache: Path) -> dict[str, Any]:
         "missing_texts": len(expected - texts),
         "orphan_texts": len(texts - expected),
         "doc_vectors": doc.count(),
+        "keyword_docs": len(kw_seqs),
+        "keyword_missing": len(seqs - set(kw_seqs)),
+        "keyword_orphans": len(set(kw_seqs) - seqs),
     }
 
 
 def index_complete(check: dict[str, Any], n: int) -> bool:
-    """``verify_index`` found all ``n`` papers, each chunk once, and nothing else."""
+    """``verify_index`` found all ``n`` papers, each chunk (vector and text) and keyword copy once, and nothing else."""
     return check["papers"] == n and check["duplicate_chunk_ids"] == 0 and check["missing_chunks"] == 0 \
         and check["orphan_vectors"] == 0 and check["doc_vectors"] == n \
-        and check["missing_texts"] == 0 and check["orphan_texts"] == 0
+        and check["missing_texts"] == 0 and check["orphan_texts"] == 0 \
+        and check["keyword_docs"] == n and check["keyword_missing"] == 0 and check["keyword_orphans"] == 0
 
 
 def _default_backend() -> str:

@@ -126,6 +126,10 @@ class Settings(BaseSettings):
     def db_path(self) -> Path:
         return self.home / "papers.sqlite"
 
+    @property
+    def keyword_path(self) -> Path:
+        return self.home / "keyword"
+
 
 PRESETS: dict[str, dict[str, Any]] = {
     # Best quality here: hybrid retrieval, more candidates.

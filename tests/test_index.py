@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 import sqlite3
@@ -88,6 +89,9 @@ def assert_chunks_match_registry(index: Index) -> None:
     if hasattr(type(index), "doc_store"):  # the index also keeps one whole-paper vector per paper
         doc_ids = index.doc_store.get()["ids"]
         assert sorted(doc_ids) == sorted(f"{pid}:doc" for pid in registry(index))
+    # The tantivy keyword copy holds exactly the registry's papers, once each.
+    seqs = index.kw_store.seqs()
+    assert sorted(seqs) == sorted(r[0] for r in index.db.execute("SELECT seq FROM papers"))
 
 
 def assert_term_counts_match_fts5(index: Index) -> None:
@@ -235,7 +239,7 @@ class SimulatedKill(RuntimeError):
     pass
 
 
-@pytest.mark.parametrize("when", ["before_second_batch", "after_second_batch_vectors"])
+@pytest.mark.parametrize("when", ["before_second_batch", "after_second_batch_vectors", "after_second_batch_keywords"])
 def test_ingest_killed_midway_keeps_index_usable_and_resumes(
     when: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, embedder: Any
 ) -> None:
@@ -270,6 +274,18 @@ def test_ingest_killed_midway_keeps_index_usable_and_resumes(
                 raise SimulatedKill("killed")
 
         monkeypatch.setattr(Index, "_upsert", staticmethod(upsert))
+    if when == "after_second_batch_keywords":
+        # Vectors and the tantivy copy are written, then the process dies before the registry commit.
+        from rag_papers.keyword import KeywordStore
+
+        real_commit = KeywordStore.commit
+
+        def commit(self: KeywordStore) -> None:
+            real_commit(self)
+            if calls["n"] >= 2:
+                raise SimulatedKill("killed")
+
+        monkeypatch.setattr(KeywordStore, "commit", commit)
 
     with pytest.raises(SimulatedKill):
         index.ingest([later], show_progress=False)
@@ -277,10 +293,13 @@ def test_ingest_killed_midway_keeps_index_usable_and_resumes(
     assert calls["n"] == 2
     assert index.count() == 2 + 8  # the earlier papers and the first complete batch
     stray = [i for i in chunk_rows(index)["ids"] if i.split(":")[0] not in registry(index)]
-    assert bool(stray) == (when == "after_second_batch_vectors")
+    assert bool(stray) == (when != "before_second_batch")
 
     # Still searchable, from a fresh process's point of view; stray chunks are never returned.
     fresh = Index(settings, embedder=embedder)
+    ahead = when == "after_second_batch_keywords"  # the keyword copy holds papers the registry lacks
+    assert (len(fresh.kw_store.seqs()) == 2 + 8 + 4 * ahead) and ((fresh._fast_keyword() is None) == ahead)
+    assert {pid for pid, _ in fresh.keyword("ABBA low-rank Hadamard adaptation", 20)} <= set(registry(fresh))
     assert top_ids(fresh, settings, "What is SWAX?")[0] == content_hash(swax)
     assert top_ids(fresh, settings, "Dirichlet routed mixture of experts")[0] == content_hash(dirmoe)
     known = registry(fresh)
@@ -290,6 +309,7 @@ def test_ingest_killed_midway_keeps_index_usable_and_resumes(
     report = fresh.ingest([later], show_progress=False)
     assert (report.added, report.unchanged, report.total) == (4, 8, 14)
     assert_chunks_match_registry(fresh)
+    assert fresh._fast_keyword() is fresh.kw_store  # in step again: searches use it
     assert top_ids(fresh, settings, "What does ABBA claim?")[0] == content_hash(containing(SEED_004, "ABBA"))
     index.close()
     fresh.close()
@@ -421,10 +441,11 @@ def test_cli_chroma_url_without_server_is_one_line_error(tmp_path: Path) -> None
 def test_keyword_candidates_from_rare_terms_keep_fts5_scores(
     seeded: Settings, monkeypatch: pytest.MonkeyPatch, budget: int
 ) -> None:
-    """With a postings budget too small for every term, papers are scored in Python: same BM25 as FTS5's."""
+    """FTS5 fallback: with a postings budget too small for every term, papers are scored in Python: same BM25 as FTS5's."""
     import rag_papers.index as index_module
 
     index = Index(seeded)
+    monkeypatch.setattr(index, "_fast_keyword", lambda: None)  # as when the tantivy copy is out of step
     queries = [
         "low-rank adaptation Hadamard product of two low-rank matrices",
         "temporal graph neural network explanations",
@@ -440,6 +461,61 @@ def test_keyword_candidates_from_rare_terms_keep_fts5_scores(
         for pid, score in pruned:
             if pid in want:
                 assert score == pytest.approx(want[pid], rel=0.01), (q, pid)
+    index.close()
+
+
+def test_keyword_copy_ranks_by_bm25_over_every_paper(seeded: Settings) -> None:
+    """tantivy's top-n and scores are BM25 (k1=1.2, b=0.75, FTS5's idf) computed here over all papers.
+
+    tantivy stores document lengths in a lossy byte, hence scores within a few percent.
+    """
+    from rag_papers.index import _useful
+
+    index = Index(seeded)
+    assert index._fast_keyword() is index.kw_store
+    docs = {int(seq): text.split() for seq, text in index.db.execute("SELECT rowid, text FROM papers_fts")}
+    ids = dict(index.db.execute("SELECT seq, id FROM papers").fetchall())
+    avgdl = sum(map(len, docs.values())) / len(docs)
+    for q in ("low-rank adaptation Hadamard product of two low-rank matrices", "temporal graph neural network explanations",
+              "mixture of experts routing with a Dirichlet distribution", "language models reasoning with fewer tokens"):
+        n_docs, stats = index._term_stats(q)
+        df, terms = dict(stats), _useful(stats, n_docs)
+        exact: dict[str, float] = {}
+        for seq, toks in docs.items():
+            norm = 1.2 * (1 - 0.75 + 0.75 * len(toks) / avgdl)
+            score = sum(max(math.log((n_docs - df[t] + 0.5) / (df[t] + 0.5)), 1e-6) * c * 2.2 / (c + norm)
+                        for t in terms if (c := toks.count(t)))
+            if score > 0:
+                exact[ids[seq]] = score
+        got = index.keyword(q, 8)
+        assert len(got) == min(8, len(exact)) and len({p for p, _ in got}) == len(got), q
+        assert exact[got[0][0]] >= max(exact.values()) / 1.04, q  # the best, up to a near-tie
+        for pid, score in got:
+            assert score == pytest.approx(exact[pid], rel=0.04), (q, pid)
+        cut = min(exact[p] for p, _ in got)
+        assert {p for p, sc in exact.items() if sc > cut * 1.08} <= {p for p, _ in got}, q  # nothing clearly better left out
+    index.close()
+
+
+def test_index_without_a_keyword_copy_uses_fts5_until_the_next_write_builds_it(seeded: Settings, embedder: Any) -> None:
+    """An index from before the tantivy copy (or one whose copy was lost) searches through FTS5;
+    the next ingest rebuilds the copy from the registry's text, without re-embedding anything."""
+    before = Index(seeded, embedder=embedder)
+    queries = ["What does ABBA claim?", "temporal graph explainer", "peptide drug benchmark"]
+    want = {q: before.keyword(q, 10) for q in queries}
+    before.close()
+    shutil.rmtree(seeded.keyword_path)
+    index = Index(seeded, embedder=embedder)
+    assert index._fast_keyword() is None
+    for q in queries:  # the same BM25, up to tantivy's lossy document lengths
+        fts5, fast = index.keyword(q, 10), dict(want[q])
+        assert fts5[0][0] == want[q][0][0], q
+        assert all(score == pytest.approx(fast[pid], rel=0.04) for pid, score in fts5 if pid in fast), q
+    report = index.ingest([SEEDS], show_progress=False)
+    assert (report.added, report.removed) == (0, 0)
+    assert_chunks_match_registry(index)  # the copy holds every paper again
+    assert index._fast_keyword() is index.kw_store
+    assert {q: index.keyword(q, 10) for q in queries} == want
     index.close()
 
 

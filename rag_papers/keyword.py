@@ -1,0 +1,112 @@
+"""The index stage's fast keyword side: a tantivy BM25 index, derived from the registry.
+
+Why tantivy, beside the registry's SQLite FTS5 table: FTS5 has no early termination, so
+ranking costs a walk of every posting of every query term. Even limited to the rarest
+terms' postings (``KEYWORD_POSTINGS``) it took 8.5 ms for a top-100 at 100k synthetic
+papers, against 0.8 ms at 1k; tantivy (block-max WAND over impact-bounded blocks) took
+0.4 ms, with exact BM25 over all query terms (60 bench topic queries; issue 5's notes).
+
+The FTS5 table stays the source of truth for keyword text: it changes in the same
+transaction as the paper rows. This index gets a batch's papers before the registry
+commits them and loses removed papers after the registry has dropped them, so outside a
+rebuild it holds a superset of the registry's papers, and equal counts mean equal sets.
+It is used only while the counts (and largest ``seq``) agree; otherwise (a killed ingest,
+a removal cut short, an index from before this copy) searches fall back to FTS5 and the
+next write rebuilds it from the registry's text (4.4 s at 100k papers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from rag_papers import RagPapersError
+
+
+class KeywordStore:
+    """Papers' stemmed token text, keyed by the registry's ``seq``; BM25 (k1=1.2, b=0.75) top-n."""
+
+    HEAP_BYTES = 50_000_000  # the writer's buffer; tantivy flushes a segment when it fills
+
+    def __init__(self, path: Path) -> None:
+        import tantivy
+
+        self._tantivy = tantivy
+        path.mkdir(parents=True, exist_ok=True)
+        sb = tantivy.SchemaBuilder()
+        sb.add_unsigned_field("seq", stored=False, fast=True, indexed=True)
+        # Tokens arrive stemmed and lower-cased (index.keyword_tokens), one space apart.
+        sb.add_text_field("text", tokenizer_name="whitespace", index_option="freq")
+        self.schema = sb.build()
+        self.index = tantivy.Index(self.schema, path=str(path))
+        self._writer: Any = None
+
+    # ---- reading
+    def state(self) -> tuple[int, int]:
+        """(live papers, largest seq): compared with the registry's before this index is trusted."""
+        searcher = self.index.searcher()
+        n = int(searcher.num_docs)
+        if n == 0:
+            return 0, 0
+        hits = searcher.search(self._tantivy.Query.all_query(), 1, count=False, order_by_field="seq")
+        top = searcher.fast_field_values("seq", [addr for _, addr in hits.hits])
+        return n, int(top[0] or 0) if top else 0
+
+    def seqs(self) -> list[int]:
+        """Every live paper's seq, duplicates kept: for consistency checks (bench, tests)."""
+        searcher = self.index.searcher()
+        hits = searcher.search(self._tantivy.Query.all_query(), max(1, searcher.num_docs), count=False).hits
+        return [int(v) for v in searcher.fast_field_values("seq", [addr for _, addr in hits]) if v is not None]
+
+    def search(self, terms: Sequence[tuple[str, float]], n: int) -> list[tuple[int, float]]:
+        """(seq, score) of the ``n`` best papers for any of these (term, weight) pairs, best first.
+
+        A paper's score is the sum over the terms it contains of weight x the term's BM25
+        (tantivy's: Lucene's idf). The weights let the caller swap in another idf.
+        """
+        q = self._tantivy.Query
+        should = self._tantivy.Occur.Should
+        query = q.boolean_query([(should, q.boost_query(q.term_query(self.schema, "text", t), w)) for t, w in terms])
+        searcher = self.index.searcher()
+        hits = searcher.search(query, n, count=False).hits
+        seqs = searcher.fast_field_values("seq", [addr for _, addr in hits])
+        return [(int(seq), float(score)) for (score, _), seq in zip(hits, seqs) if seq is not None]
+
+    # ---- writing (one writer per index: tantivy holds a lock file while it lives)
+    def _w(self) -> Any:
+        if self._writer is None:
+            try:
+                self._writer = self.index.writer(heap_size=self.HEAP_BYTES, num_threads=1)
+            except ValueError as e:
+                raise RagPapersError(f"the keyword index is being written by another process ({e})") from e
+        return self._writer
+
+    def add(self, rows: Iterable[tuple[int, str]]) -> None:
+        """Add (seq, token text) rows; visible and durable after ``commit``."""
+        w = self._w()
+        for seq, text in rows:
+            doc = self._tantivy.Document()
+            doc.add_unsigned("seq", seq)
+            doc.add_text("text", text)
+            w.add_document(doc)
+
+    def delete(self, seqs: Sequence[int]) -> None:
+        # By query: delete_documents_by_term with a Python int silently misses u64 fields.
+        w = self._w()
+        for i in range(0, len(seqs), 1000):
+            w.delete_documents_by_query(self._tantivy.Query.term_set_query(self.schema, "seq", list(seqs[i : i + 1000])))
+
+    def clear(self) -> None:
+        self._w().delete_all_documents()
+        self.commit()
+
+    def commit(self) -> None:
+        self._w().commit()
+        self.index.reload()
+
+    def close(self) -> None:
+        """Let background merges finish and release the writer's lock."""
+        if self._writer is not None:
+            self._writer.wait_merging_threads()
+            self._writer = None
