@@ -308,7 +308,7 @@ def markdown(results: list[ConfigResult], meta: dict[str, Any], answers: dict[st
         out.append(f"- correct refusals {answers['correct_refusals']}/{answers['offtopic']}, "
                    f"wrong refusals {answers['wrong_refusals']}")
     out.append("\nConfigs: `naive` = llama-index VectorStoreIndex, one MiniLM vector per abstract; `dense` = chunked "
-               "dense only; `bm25` = BM25 (SQLite FTS5) only; `rrf` = reciprocal-rank fusion of dense and bm25; `hybrid` = the "
+               "dense only; `bm25` = BM25 (tantivy, with FTS5's idf) only; `rrf` = reciprocal-rank fusion of dense and bm25; `hybrid` = the "
                "default (confidence-aware score fusion).")
     return "\n".join(out) + "\n"
 

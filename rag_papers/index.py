@@ -687,6 +687,7 @@ class Index:
             n_records = validate(files, note)
         finally:
             self.db.commit()  # only the temp tables were written
+        self.kw_store.lock()  # a second writer is refused here, before anything is written
         if rebuild:
             self.clear()
         self.check_model()
@@ -792,6 +793,7 @@ class Index:
             self._release_writer()
 
     def _remove(self, paper_ids: Sequence[str]) -> int:
+        self.kw_store.lock()
         known = list(self.get(paper_ids))
         self._sync_keyword()
         seqs = [r[0] for part, marks in _in_batches(known)
@@ -807,7 +809,8 @@ class Index:
         return len(known)
 
     def clear(self) -> None:
-        """Drop everything (used by --rebuild and by a model change)."""
+        """Drop everything (``ingest --rebuild``). Holds the keyword writer until the ingest releases it."""
+        self.kw_store.lock()
         client = self._client if self._client is not None else self._chroma_client()
         for name in (self.settings.collection, f"{self.settings.collection}_doc"):
             try:
@@ -824,10 +827,7 @@ class Index:
             self.db.execute("DELETE FROM pending")
             self.db.execute("DELETE FROM term_df")
             self.db.execute("INSERT INTO meta VALUES ('term_df', '1')")
-        try:
-            self.kw_store.clear()
-        finally:
-            self._release_writer()
+        self.kw_store.clear()
         self._count_at = -1e9
 
     def close(self) -> None:

@@ -79,8 +79,12 @@ class KeywordStore:
             try:
                 self._writer = self.index.writer(heap_size=self.HEAP_BYTES, num_threads=1)
             except ValueError as e:
-                raise RagPapersError(f"the keyword index is being written by another process ({e})") from e
+                raise RagPapersError("another ingest or removal is writing this index; wait for it to finish") from e
         return self._writer
+
+    def lock(self) -> None:
+        """Take the writer (and its lock) now: a write operation calls this before it changes anything."""
+        self._w()
 
     def add(self, rows: Iterable[tuple[int, str]]) -> None:
         """Add (seq, token text) rows; visible and durable after ``commit``."""

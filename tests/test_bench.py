@@ -43,6 +43,7 @@ def test_bench_measures_both_systems_and_resumes_a_killed_ingest(tmp_path: Path)
     assert kr["ok"] and kr["papers"] == 200 and kr["doc_vectors"] == 200
     assert kr["chunk_vectors"] > 200  # long synthetic abstracts: more than one chunk each
     assert kr["missing_chunks"] == kr["orphan_vectors"] == kr["missing_texts"] == kr["orphan_texts"] == 0
+    assert (kr["keyword_docs"], kr["keyword_missing"], kr["keyword_orphans"]) == (200, 0, 0)  # the tantivy copy too
 
     # The growth ratio comes from alternating rounds of the same queries on both indexes; the
     # indexes are removed once measured (no --keep).

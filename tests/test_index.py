@@ -219,6 +219,7 @@ def test_changed_and_removed_abstracts_are_synced(tmp_path: Path, settings: Sett
     assert_term_counts_match_fts5(index)
     assert index.remove([content_hash(swax)]) == 1
     assert_term_counts_match_fts5(index)
+    assert_chunks_match_registry(index)  # the keyword copy lost it too
     assert index.ingest([other], show_progress=False).added == 1
     assert_term_counts_match_fts5(index)
     # An index made before the counts existed gets them recounted when opened.
@@ -517,6 +518,29 @@ def test_index_without_a_keyword_copy_uses_fts5_until_the_next_write_builds_it(s
     assert index._fast_keyword() is index.kw_store
     assert {q: index.keyword(q, 10) for q in queries} == want
     index.close()
+
+
+def test_a_second_writer_is_refused_before_it_writes(seeded: Settings, embedder: Any, tmp_path: Path) -> None:
+    """While one ingest holds the index, another (here a separate `rag-papers ingest`) stops with a
+    one-line error and a non-zero exit before it writes anything; afterwards it goes through."""
+    holder = Index(seeded, embedder=embedder)
+    holder.kw_store.lock()  # what an ingest or removal in progress holds
+    extra = tmp_path / "extra.jsonl"
+    extra.write_text(json.dumps({"abstract": containing(SEED_004, "ABBA") + " Revisited for speech."}) + "\n", encoding="utf-8")
+    before, vectors = registry(holder), sorted(chunk_rows(holder)["ids"])
+    res = run_cli("ingest", str(extra), env={"RAG_PAPERS_HOME": str(seeded.home)})
+    assert res.returncode != 0
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "another ingest or removal is writing this index" in lines[0], res.stderr
+    with pytest.raises(RagPapersError, match="another ingest or removal"):
+        Index(seeded, embedder=embedder).remove(list(before)[:1])
+    assert registry(holder) == before and sorted(chunk_rows(holder)["ids"]) == vectors
+    assert not holder.db.execute("SELECT 1 FROM pending").fetchall()
+    holder.close()  # releases the writer
+    later = Index(seeded, embedder=embedder)
+    assert later.ingest([extra], show_progress=False).added == 1
+    assert_chunks_match_registry(later)
+    later.close()
 
 
 def test_fts_average_length_is_read_from_fts5(seeded: Settings) -> None:
