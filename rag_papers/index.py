@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 import sqlite3
 import sys
 import threading
@@ -426,8 +427,15 @@ class Index:
 
     @property
     def kw_store(self) -> KeywordStore:
+        """The tantivy copy. One tantivy cannot open (damaged files) is only a copy: it is deleted and
+        started empty, so searches use FTS5 until the next write refills it from the registry."""
         if self._kw is None:
-            self._kw = KeywordStore(self.settings.keyword_path)
+            path = self.settings.keyword_path
+            try:
+                self._kw = KeywordStore(path)
+            except ValueError:
+                shutil.rmtree(path, ignore_errors=True)
+                self._kw = KeywordStore(path)
         return self._kw
 
     def _registry_keyword_state(self) -> tuple[int, int]:

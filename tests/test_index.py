@@ -498,14 +498,20 @@ def test_keyword_copy_ranks_by_bm25_over_every_paper(seeded: Settings) -> None:
     index.close()
 
 
-def test_index_without_a_keyword_copy_uses_fts5_until_the_next_write_builds_it(seeded: Settings, embedder: Any) -> None:
-    """An index from before the tantivy copy (or one whose copy was lost) searches through FTS5;
-    the next ingest rebuilds the copy from the registry's text, without re-embedding anything."""
+@pytest.mark.parametrize("damaged", [False, True])
+def test_index_without_a_keyword_copy_uses_fts5_until_the_next_write_builds_it(
+    seeded: Settings, embedder: Any, damaged: bool
+) -> None:
+    """An index from before the tantivy copy (or one whose copy was lost or damaged) searches through
+    FTS5; the next ingest rebuilds the copy from the registry's text, without re-embedding anything."""
     before = Index(seeded, embedder=embedder)
     queries = ["What does ABBA claim?", "temporal graph explainer", "peptide drug benchmark"]
     want = {q: before.keyword(q, 10) for q in queries}
     before.close()
-    shutil.rmtree(seeded.keyword_path)
+    if damaged:
+        (seeded.keyword_path / "meta.json").write_text("{not json", encoding="utf-8")  # tantivy refuses to open it
+    else:
+        shutil.rmtree(seeded.keyword_path)
     index = Index(seeded, embedder=embedder)
     assert index._fast_keyword() is None
     for q in queries:  # the same BM25, up to tantivy's lossy document lengths
