@@ -706,9 +706,10 @@ def verify_index(home: Path, backend: str, model_cache: Path) -> dict[str, Any]:
     from rag_papers.keyword import KeywordStore
 
     con = sqlite3.connect(home / "papers.sqlite")
-    papers = {pid: n for pid, n in con.execute("SELECT id, n_chunks FROM papers")}
+    rows = con.execute("SELECT id, n_chunks, seq FROM papers").fetchall()
+    papers = {pid: n for pid, n, _ in rows}
+    seqs = {int(seq) for _, _, seq in rows}
     texts = {f"{pid}:{i}" for pid, i in con.execute("SELECT paper_id, i FROM chunks")}  # (paper_id, i) is the key
-    seqs = {int(r[0]) for r in con.execute("SELECT seq FROM papers")}
     con.close()
     kw_seqs = KeywordStore(home / "keyword").seqs()
     client = chromadb.PersistentClient(path=str(home / "chroma"), settings=ChromaSettings(anonymized_telemetry=False))

@@ -1,6 +1,6 @@
 """Index stage: chunk, embed and store papers; the registry of what is indexed.
 
-Three stores, one source of truth:
+Four stores, one source of truth:
 - a SQLite registry (papers, their sources, build metadata) decides what exists. A
   paper is visible only once its chunks are stored, so a killed ingest leaves the
   previous index usable and a rerun resumes where it stopped;
@@ -438,16 +438,19 @@ class Index:
                 self._kw = KeywordStore(path)
         return self._kw
 
-    def _registry_keyword_state(self) -> tuple[int, int]:
-        """(papers, largest seq) of the registry: what the tantivy copy must hold to be trusted."""
-        row = self._conn().execute("SELECT COUNT(*), COALESCE(MAX(seq), 0) FROM papers").fetchone()
-        return int(row[0]), int(row[1])
+    def _registry_keyword_state(self, count: int | None = None) -> tuple[int, int]:
+        """(papers, largest seq) of the registry: what the tantivy copy must hold to be trusted.
+
+        ``count``: the paper count when the caller has just read it (COUNT(*) scans an index).
+        """
+        max_seq = int(self._conn().execute("SELECT COALESCE(MAX(seq), 0) FROM papers").fetchone()[0])
+        return (self.count() if count is None else count), max_seq
 
     def _fast_keyword(self) -> KeywordStore | None:
         """The tantivy copy if it holds exactly the registry's papers, checked when the paper count is re-read."""
-        self._count_cached()
+        count = self._count_cached()
         if self._kw_checked_at != self._count_at:
-            self._kw_ok = self.kw_store.state() == self._registry_keyword_state()
+            self._kw_ok = self.kw_store.state() == self._registry_keyword_state(count)
             self._kw_checked_at = self._count_at
         return self._kw if self._kw_ok else None
 
@@ -778,9 +781,7 @@ class Index:
             self._forget_terms(orphans)
             for part, marks in _in_batches(orphans):
                 self.db.execute(f"DELETE FROM papers WHERE id IN ({marks})", part)
-        self._count_at = -1e9
-        self._delete_vectors(orphans)
-        self._delete_keyword([r[1] for r in rows])
+        self._deleted([r[1] for r in rows], orphans)
         return orphans
 
     def _delete_vectors(self, paper_ids: list[str]) -> None:
@@ -788,8 +789,13 @@ class Index:
             self.store.delete(where={"document_id": {"$in": part}})
             self.doc_store.delete(where={"document_id": {"$in": part}})
 
-    def _delete_keyword(self, seqs: list[int]) -> None:
-        """After the registry's delete: until this commits, searches do not trust the tantivy copy."""
+    def _deleted(self, seqs: list[int], paper_ids: list[str]) -> None:
+        """After the registry's delete has committed: drop the papers' vectors and keyword copies.
+
+        Until the keyword copy commits, its count differs from the registry's and searches do not trust it.
+        """
+        self._count_at = -1e9
+        self._delete_vectors(paper_ids)
         if seqs:
             self.kw_store.delete(seqs)
             self.kw_store.commit()
@@ -802,18 +808,16 @@ class Index:
 
     def _remove(self, paper_ids: Sequence[str]) -> int:
         self.kw_store.lock()
-        known = list(self.get(paper_ids))
+        rows = [(r[0], int(r[1])) for part, marks in _in_batches(list(dict.fromkeys(paper_ids)))
+                for r in self.db.execute(f"SELECT id, seq FROM papers WHERE id IN ({marks})", part)]
+        known = [pid for pid, _ in rows]
         self._sync_keyword()
-        seqs = [r[0] for part, marks in _in_batches(known)
-                for r in self.db.execute(f"SELECT seq FROM papers WHERE id IN ({marks})", part)]
         with self.db:
             self._forget_terms(known)
             for pid in known:
                 self.db.execute("DELETE FROM sources WHERE paper_id=?", (pid,))
                 self.db.execute("DELETE FROM papers WHERE id=?", (pid,))
-        self._count_at = -1e9
-        self._delete_vectors(known)
-        self._delete_keyword(seqs)
+        self._deleted([seq for _, seq in rows], known)
         return len(known)
 
     def clear(self) -> None:
@@ -840,8 +844,7 @@ class Index:
 
     def close(self) -> None:
         self._threads.shutdown(wait=True)
-        if self._kw is not None:
-            self._kw.close()
+        self._release_writer()
         with self._readers_lock:
             for conn in self._readers:
                 conn.close()
