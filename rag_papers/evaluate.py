@@ -11,7 +11,7 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,21 +37,45 @@ class Question:
     kind: str
 
 
+def _qa_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of a Q&A file, which must be a readable, regular UTF-8 text file.
+
+    FIFOs and folders are refused from ``stat`` before opening (reading a FIFO waits forever),
+    and binary or non-UTF-8 content is reported with its line, as the corpus readers do.
+    """
+    from rag_papers.corpus import CorpusError, check_regular_file, open_binary
+
+    try:
+        check_regular_file(path)
+    except CorpusError as exc:
+        if "no such file" in str(exc):
+            raise RagPapersError(f"{path}: Q&A file not found") from None
+        raise
+    with open_binary(path) as fh:
+        for lineno, raw in enumerate(fh, 1):
+            if b"\x00" in raw:
+                raise RagPapersError(f"{path}:{lineno}: looks like a binary file (NUL bytes); expected JSONL")
+            try:
+                yield lineno, raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                raise RagPapersError(f"{path}:{lineno}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+
+
 def load_qa(path: Path) -> list[Question]:
     """Read a Q&A JSONL file; every problem is one line naming the file and line."""
-    if not path.is_file():
-        raise RagPapersError(f"{path}: Q&A file not found")
     out: list[Question] = []
     seen: set[str] = set()
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for lineno, line in _qa_lines(path):
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
             q = Question(str(obj["id"]), str(obj["question"]), [str(g) for g in obj.get("gold", [])],
                          str(obj.get("kind") or ("offtopic" if not obj.get("gold") else "lexical")))
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
             raise RagPapersError(f"{path}:{lineno}: bad Q&A line ({exc}); expected id, question, gold, kind") from None
+        if not q.question.strip():
+            raise RagPapersError(f"{path}:{lineno}: empty question (id {q.id!r})")
         if q.id in seen:
             raise RagPapersError(f"{path}:{lineno}: duplicate question id {q.id!r}")
         seen.add(q.id)
@@ -377,11 +401,13 @@ def run_cli(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         print(json.dumps({k: v for k, v in report.items() if k != "table"}))
         return 0
-    print(report["table"])
+    from rag_papers.corpus import safe_text  # plain text: nothing from the Q&A file or the model prints raw
+
+    print(safe_text(str(report["table"])))
     if report["answers"]:
         a = report["answers"]
-        print(f"\nanswers ({a['backend']}): citation precision {a['citation_precision']:.3f}, recall "
-              f"{a['citation_recall']:.3f}, removed {a['removed_citation_rate']:.3f}, correct refusals "
-              f"{a['correct_refusals']}/{a['offtopic']}, wrong refusals {a['wrong_refusals']}")
-    print(f"\nwrote {out}/results.json, report.md, chart.png ({report['meta']['seconds']} s)", file=sys.stderr)
+        print(safe_text(f"\nanswers ({a['backend']}): citation precision {a['citation_precision']:.3f}, recall "
+                        f"{a['citation_recall']:.3f}, removed {a['removed_citation_rate']:.3f}, correct refusals "
+                        f"{a['correct_refusals']}/{a['offtopic']}, wrong refusals {a['wrong_refusals']}"))
+    print(safe_text(f"\nwrote {out}/results.json, report.md, chart.png ({report['meta']['seconds']} s)"), file=sys.stderr)
     return 0

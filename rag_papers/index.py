@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shutil
 import sqlite3
@@ -26,7 +27,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import closing
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from rag_papers import RagPapersError
 from rag_papers.config import SCHEMA_VERSION, Settings
 from rag_papers.corpus import (
     STOPWORDS,
+    CorpusError,
     Paper,
     RawRecord,
     content_hash,
@@ -46,6 +48,16 @@ from rag_papers.corpus import (
 )
 from rag_papers.embedding import Embedder, load_embedder
 from rag_papers.keyword import KeywordStore
+from rag_papers.vectors import (
+    DiskFullError,
+    VectorStore,
+    VectorStoreError,
+    disk_full_error,
+    free_bytes,
+    is_disk_full,
+    mb,
+    tree_bytes,
+)
 
 # Keyword candidates come from the rarest query terms, up to this many postings (see Index.keyword).
 KEYWORD_POSTINGS = 5000
@@ -125,10 +137,27 @@ class IngestReport:
     chunks: int = 0
     seconds: float = 0.0
     total: int = 0
+    reembedded: int = 0  # registered papers whose missing vectors this ingest embedded again
+    renamed: list[tuple[str, str]] = field(default_factory=list)  # (id in the file, id given), see ``_ingest``
     removed_ids: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "removed_ids"}
+        d = {k: v for k, v in self.__dict__.items() if k != "removed_ids"}
+        d["renamed"] = [{"id": a, "indexed_as": b} for a, b in self.renamed]
+        return d
+
+
+@dataclass
+class RepairReport:
+    papers: int = 0
+    checked: bool = False  # every paper's vectors were looked up (not only counts and a sample)
+    reembedded: int = 0
+    chunks: int = 0
+    moved_aside: str = ""
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
 
 
 @dataclass
@@ -141,12 +170,26 @@ class DenseHit:
 class Index:
     """The indexed corpus: ``ingest``, ``remove``, ``dense``, ``keyword``, ``get``."""
 
-    def __init__(self, settings: Settings, embedder: Embedder | None = None) -> None:
+    def __init__(self, settings: Settings, embedder: Embedder | None = None, *, rebuild: bool = False) -> None:
+        """Open (or create) the data directory's registry.
+
+        A registry SQLite cannot read stops here with one line naming the file and the way
+        out; with ``rebuild`` (``ingest --rebuild``) it is set aside and a fresh one started.
+        """
         self.settings = settings
-        settings.home.mkdir(parents=True, exist_ok=True)
-        self.db = _connect(settings.db_path)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.executescript(_SCHEMA)
+        self.notes_at_open: list[str] = []
+        try:
+            settings.home.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RagPapersError(f"cannot create the data directory {settings.home}: {exc.strerror or exc}") from None
+        try:
+            self.db = _open_registry(settings.db_path)
+        except RegistryError:
+            if not rebuild:
+                raise
+            aside = set_aside(settings.db_path)
+            self.db = _open_registry(settings.db_path)
+            self.notes_at_open = [f"the registry could not be read: moved it aside to {aside} and started a new one"]
         # Reads from other threads (a search's keyword side, UI request threads) get their own
         # connections: CPython 3.12+ cannot step one connection from two threads at once
         # (cpython#118172), and with separate connections their reads do not take turns.
@@ -157,11 +200,17 @@ class Index:
         # Shared by every search on this index; a task in it must never wait on another task in it.
         self._threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="rag-papers-search")
         self._embedder = embedder
-        self._client: Any = None
+        self.vectors = VectorStore(settings)
+        self._vec_lock = _ReadWriteLock()  # searches read the vector store; a reopen waits for them
+        self._space = SpaceCheck(settings)
+        self.notes: list[str] = list(self.notes_at_open)  # what a write did besides its job (a store set aside, papers re-embedded)
+        self._watch_lock = threading.Lock()
+        self._watch_db: sqlite3.Connection | None = None
+        self._watched_at = -1e9
+        self._data_version: int | None = None
+        self._seen_state: tuple[int, int] | None = None
         self._count_value, self._count_at = 0, -1e9
         self._stats_memo: tuple[list[str], int, float, list[tuple[str, int]]] | None = None
-        self._store: Any = None
-        self._doc_store: Any = None
         self._kw: KeywordStore | None = None
         self._kw_checked_at = -2e9  # the _count_at of the last check of the tantivy copy
         self._kw_ok = False
@@ -196,72 +245,15 @@ class Index:
         row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
         return row[0] if row else None
 
-    def _chroma_client(self) -> Any:
-        import chromadb
-        from chromadb.config import Settings as ChromaSettings
-
-        chroma_settings = ChromaSettings(anonymized_telemetry=False)
-        url = self.settings.chroma_url
-        if url:
-            from urllib.parse import urlparse
-
-            u = urlparse(url if "://" in url else f"http://{url}")
-            if not u.hostname:
-                raise RagPapersError(f"bad --chroma-url {url!r}: expected http://host:port")
-            try:
-                return chromadb.HttpClient(
-                    host=u.hostname, port=u.port or 8000, ssl=u.scheme == "https", settings=chroma_settings
-                )
-            except Exception as exc:  # chromadb raises ValueError/ConnectError variants
-                raise RagPapersError(
-                    f"cannot reach Chroma server at {url}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
-                    " (start one with: chroma run --path DIR --port PORT)"
-                ) from None
-        return chromadb.PersistentClient(path=str(self.settings.chroma_dir), settings=chroma_settings)
-
-    def _open_collection(self, name: str) -> Any:
-        """The chromadb collection itself.
-
-        Not llama-index's ``ChromaVectorStore``: it writes every chunk's text as a Chroma
-        document plus its node JSON as metadata, and decodes that JSON on every query (see
-        ``_nearest`` and ``_store_batch`` for what that cost). Importing it also cost a
-        one-shot ``search`` over a second (llama-index core).
-        """
-        client = self._client if self._client is not None else self._chroma_client()
-        self._client = client
-        try:
-            collection = client.get_collection(name, embedding_function=None)
-        except Exception:  # chromadb raises NotFoundError/ValueError depending on version and mode
-            collection = None
-        if collection is not None:
-            built_with = (collection.metadata or {}).get("embed_model")
-            if built_with and built_with != self.settings.embed_model:
-                raise RagPapersError(
-                    f"the index was built with embedding model {built_with!r} but {self.settings.embed_model!r} "
-                    "is configured: re-ingest with `rag-papers ingest --rebuild` or set embed_model back"
-                )
-        else:
-            collection = client.create_collection(
-                name,
-                embedding_function=None,
-                configuration={"hnsw": {"space": "cosine"}},
-                metadata={"embed_model": self.settings.embed_model, "schema": SCHEMA_VERSION},
-            )
-        return collection
-
     @property
     def store(self) -> Any:
         """The chunk vectors' Chroma collection (created on first use)."""
-        if self._store is None:
-            self._store = self._open_collection(self.settings.collection)
-        return self._store
+        return self.vectors.collection("chunks")
 
     @property
     def doc_store(self) -> Any:
         """One vector per paper (title + abstract head): the whole-paper view that chunks lack."""
-        if self._doc_store is None:
-            self._doc_store = self._open_collection(f"{self.settings.collection}_doc")
-        return self._doc_store
+        return self.vectors.collection("docs")
 
     def check_model(self) -> None:
         """Fail early (before loading anything heavy) if the registry was built with another model."""
@@ -280,6 +272,7 @@ class Index:
 
     def _count_cached(self) -> int:
         """COUNT(*) scans an index: fine per command, too slow per query at millions of rows."""
+        self._watch()
         now = time.monotonic()
         if now - self._count_at > 10:
             self._count_value, self._count_at = self.count(), now
@@ -313,20 +306,6 @@ class Index:
             raise ValueError(column)
         return [r[0] for r in self._conn().execute(f"SELECT DISTINCT {column} FROM papers WHERE {column} IS NOT NULL ORDER BY 1")]
 
-    @staticmethod
-    def _nearest(store: Any, query_vec: list[float], n: int, where: dict[str, Any] | None) -> list[tuple[str, float]]:
-        """(vector id, cosine) of the ``n`` nearest vectors: ids and distances only.
-
-        Why not ``ChromaVectorStore.query``: it fetches every hit's metadata (the node
-        JSON llama-index writes) and rebuilds a node from it. For the 150 candidates of a
-        search that decoding took 12 of 14 ms at 1k papers; ids and distances alone take
-        under 2 ms, and our ids already say which paper and chunk a vector is.
-        """
-        res = store.query(
-            query_embeddings=[query_vec], n_results=n, where=where or None, include=["distances"]
-        )
-        return [(vid, 1.0 - float(dist)) for vid, dist in zip(res["ids"][0], res["distances"][0])]
-
     def dense(self, query_vec: list[float], n: int, where: dict[str, Any] | None = None) -> list[DenseHit]:
         """Top papers by the mean of two cosines: the paper's head vector and its best chunk.
 
@@ -338,9 +317,12 @@ class Index:
             return []
         # The two collections are searched at once: chromadb's HNSW search runs without the GIL,
         # and on 2 cores the pair took 5.0 instead of 6.9 ms at 100k papers (p50).
-        docs = self.pool().submit(self._nearest, self.doc_store, query_vec, min(max(n, 10), total), where)
-        chunk_hits = self._nearest(self.store, query_vec, min(max(n * 3, 30), 4 * total + 10), where)
-        doc_hits = docs.result()
+        with self._vec_lock.read():
+            docs = self.pool().submit(self.vectors.nearest, "docs", query_vec, min(max(n, 10), total), where)
+            try:
+                chunk_hits = self.vectors.nearest("chunks", query_vec, min(max(n * 3, 30), 4 * total + 10), where)
+            finally:
+                doc_hits = docs.result()
         best_chunk: dict[str, tuple[float, str]] = {}
         for vid, cos in chunk_hits:  # chunk ids are "<paper id>:<chunk number>"
             pid = vid.rpartition(":")[0]
@@ -389,10 +371,7 @@ class Index:
         out = {vid: out[vid] for vid in wanted if vid in out}
         older = [vid for vid in wanted if vid not in out]
         if older:
-            got = self.store.get(ids=older, include=["documents"])
-            for vid, text in zip(got["ids"], got["documents"] or []):
-                if text is None:  # neither place has it: the caller falls back to the abstract
-                    continue
+            for vid, text in self.vectors.documents(older).items():  # neither place: the caller uses the abstract
                 title = (titles or {}).get(vid.rpartition(":")[0], "")
                 out[vid] = text[len(title) + 2 :] if title and text.startswith(title) else text
         return out
@@ -576,6 +555,168 @@ class Index:
                 known += idf
         return known, total
 
+    # ---- other processes' writes
+    def _watch(self) -> None:
+        """Notice another process's writes (an ingest beside a running UI) and catch up with them.
+
+        ``PRAGMA data_version`` changes when another connection commits; then the counts
+        are re-read and, if papers came or went, the embedded vector store is reopened:
+        chromadb keeps each collection's HNSW index in memory and does not see vectors
+        another process adds until it opens the store afresh. Checked at most every
+        ``WATCH_SECONDS``.
+        """
+        now = time.monotonic()
+        if now - self._watched_at < WATCH_SECONDS:
+            return
+        with self._watch_lock:
+            if now - self._watched_at < WATCH_SECONDS:
+                return
+            self._watched_at = now
+            if self._watch_db is None:
+                self._watch_db = _connect(self.settings.db_path)
+            version = int(self._watch_db.execute("PRAGMA data_version").fetchone()[0])
+            if version == self._data_version:
+                return
+            self._data_version = version
+            row = self._watch_db.execute("SELECT COUNT(*), COALESCE(MAX(seq), 0) FROM papers").fetchone()
+            state = (int(row[0]), int(row[1]))
+            self._count_at = -1e9
+            if self._seen_state is None or state == self._seen_state:  # the first look, or no paper came or went
+                self._seen_state = state
+                return
+            self._seen_state = state
+            if self._kw is not None:
+                self._kw.index.reload()
+            if not self.settings.chroma_url:
+                with self._vec_lock.write():
+                    self.vectors.reopen()
+
+    # ---- vectors: derived data, checked against the registry and rebuilt from it
+    def vector_gaps(self, sample: int = 64) -> str | None:
+        """Why the vector store in use lacks vectors the registry says exist, or None.
+
+        Counts first, then a sample of papers spread over the registry (and its newest):
+        a store switched to a server, or a Chroma folder deleted and recreated, can have
+        the right collection names but not this registry's vectors. More vectors than
+        papers is normal (a running ingest writes vectors before registering papers).
+        """
+        n = self.count()
+        if n == 0:
+            return None
+        have = self.vectors.count("docs")
+        if have < n:
+            return f"it holds vectors for {have:,} papers, the registry has {n:,}"
+        max_seq = int(self._conn().execute("SELECT COALESCE(MAX(seq), 0) FROM papers").fetchone()[0])
+        seqs = sorted({1 + (max_seq - 1) * k // max(sample - 1, 1) for k in range(sample)} | set(range(max(1, max_seq - 7), max_seq + 1)))
+        marks = ",".join("?" * len(seqs))
+        ids = [r[0] for r in self._conn().execute(f"SELECT id FROM papers WHERE seq IN ({marks})", seqs)]
+        docs = self.vectors.existing("docs", [f"{pid}:doc" for pid in ids])
+        chunks = self.vectors.existing("chunks", [f"{pid}:0" for pid in ids])
+        missing = [pid for pid in ids if f"{pid}:doc" not in docs or f"{pid}:0" not in chunks]
+        if missing:
+            return f"{len(missing)} of {len(ids)} sampled papers have no vectors in it"
+        return None
+
+    def check_vectors(self) -> None:
+        """For commands that read (search, ask, chat): fail in one line if the store cannot serve this registry."""
+        self.vectors.probe()
+        why = self.vector_gaps()
+        if why:
+            raise VectorStoreError(
+                f"the vector store at {self.vectors.location} does not match the registry {self.settings.db_path} "
+                f"({why}): run `rag-papers repair` to embed the missing papers from the registry"
+            )
+
+    def repair(self, show_progress: bool = True) -> RepairReport:
+        """Make the derived stores whole again from the registry alone (no corpus files needed).
+
+        A vector store chromadb cannot read is set aside and rebuilt; papers whose vectors
+        the store in use lacks are re-embedded from their registered chunk texts; the
+        keyword copy is rebuilt if it is out of step.
+        """
+        try:
+            self.kw_store.lock()
+            return self._repair(show_progress, full=True)
+        finally:
+            self._release_writer()
+
+    def _repair(self, show_progress: bool, full: bool) -> RepairReport:
+        """``full``: check every paper; otherwise only when the counts or a sample say something is missing."""
+        t0 = time.perf_counter()
+        report = RepairReport(papers=self.count())
+        try:
+            self.vectors.probe()
+        except VectorStoreError as exc:
+            if isinstance(exc, DiskFullError):
+                raise
+            report.moved_aside = self.vectors.move_aside()
+            self.notes.append(f"{report.moved_aside}; rebuilding it from the registry")
+        self.check_model()
+        self._drop_unfinished()
+        self._sync_keyword(show_progress)
+        if full or report.moved_aside or self.vector_gaps() is not None:
+            report.checked = True
+            progress = _progress(report.papers, "repair vectors", show_progress and report.papers > 0)
+            batch_size = max(8, self.settings.embed_batch_size // 2)
+            last = 0
+            while True:
+                rows = self.db.execute("SELECT id, seq FROM papers WHERE seq > ? ORDER BY seq LIMIT ?", (last, batch_size)).fetchall()
+                if not rows:
+                    break
+                last = int(rows[-1]["seq"])
+                ids = [r["id"] for r in rows]
+                lacking = self._lacking_vectors(ids)
+                if lacking:
+                    report.reembedded += len(lacking)
+                    report.chunks += self._reembed(lacking)
+                if progress is not None:
+                    progress.update(len(rows))
+            if progress is not None:
+                progress.close()
+            if report.reembedded:
+                self.notes.append(
+                    f"re-embedded {report.reembedded:,} papers ({report.chunks:,} chunks) from the registry into "
+                    f"the vector store at {self.vectors.location}"
+                )
+        report.seconds = round(time.perf_counter() - t0, 3)
+        return report
+
+    def _lacking_vectors(self, ids: list[str]) -> list[str]:
+        """Which of these registered papers miss their head vector or any chunk vector."""
+        n_chunks = {r["id"]: int(r["n_chunks"]) for part, marks in _in_batches(ids)
+                    for r in self.db.execute(f"SELECT id, n_chunks FROM papers WHERE id IN ({marks})", part)}
+        docs = self.vectors.existing("docs", [f"{pid}:doc" for pid in ids])
+        chunks = self.vectors.existing("chunks", [f"{pid}:{i}" for pid in ids for i in range(n_chunks.get(pid, 1))])
+        return [pid for pid in ids
+                if f"{pid}:doc" not in docs or any(f"{pid}:{i}" not in chunks for i in range(n_chunks.get(pid, 1)))]
+
+    def _reembed(self, paper_ids: list[str]) -> int:
+        """Embed these registered papers again from their chunk texts (re-chunking any that have none)."""
+        papers = self.get(paper_ids)
+        texts: dict[str, list[str]] = {}
+        for part, marks in _in_batches(paper_ids):
+            for pid, _, text in self.db.execute(f"SELECT paper_id, i, text FROM chunks WHERE paper_id IN ({marks}) ORDER BY paper_id, i", part):
+                texts.setdefault(pid, []).append(text)
+        passages: list[tuple[Paper, int, str]] = []
+        for pid in paper_ids:
+            paper = papers.get(pid)
+            if paper is None:
+                continue
+            chunks = texts.get(pid)
+            if not chunks:  # an index written before the registry kept chunk texts: chunk it again
+                chunks = chunk_texts(paper.abstract, self.settings.chunk_tokens, self.settings.chunk_overlap,
+                                     self.embedder.count_tokens)
+                with self._registry_write(), self.db:
+                    self.db.execute("DELETE FROM chunks WHERE paper_id=?", (pid,))
+                    self.db.executemany("INSERT INTO chunks VALUES (?,?,?)", [(pid, i, c) for i, c in enumerate(chunks)])
+                    self.db.execute("UPDATE papers SET n_chunks=? WHERE id=?", (len(chunks), pid))
+            passages.extend((paper, i, chunk) for i, chunk in enumerate(chunks))
+        if passages:
+            space = self._space.check([p for p in papers.values()], passages, self.embedder.dim)
+            self._write_vectors(passages)
+            space.done()
+        return len(passages)
+
     # ---- writing
     def _unique_title(self, abstract: str, wanted: str, pid: str, derived: bool) -> str:
         """A title no other lasting paper has.
@@ -604,35 +745,37 @@ class Index:
         Vectors go to the collection with flat metadata (ids, paper, chunk, year, venue),
         not through llama-index's ``ChromaVectorStore.add``: that stores each chunk's text as a
         Chroma document (which Chroma also indexes for ``where_document``) plus llama-index's
-        node JSON in its metadata. Measured on 2,000 vectors: 2.9 ms a vector and 39 MB
-        that way, 1.05 ms and 5 MB this way. Chunk texts live in the registry's ``chunks``
-        table, written in the same transaction as the paper.
+        node JSON in its metadata, several times the time and disk per vector (docs/).
+        Chunk texts live in the registry's ``chunks`` table, written in the same
+        transaction as the paper.
         """
         passages: list[tuple[Paper, int, str]] = []
         for paper in batch:
             for i, chunk in enumerate(chunk_texts(paper.abstract, self.settings.chunk_tokens,
                                                   self.settings.chunk_overlap, self.embedder.count_tokens)):
                 passages.append((paper, i, chunk))
-        vectors = self.embedder.embed_array(
-            [passage_text(paper.title, chunk) for paper, _, chunk in passages])
-        heads = [k for k, (_, i, _) in enumerate(passages) if i == 0]
+        space = self._space.check(batch, passages, self.embedder.dim)
         # Intent first: if we die between the vector writes and the registry commit below,
         # the next ingest finds these ids in ``pending`` and deletes their vectors.
-        with self.db:
-            self.db.executemany("INSERT OR IGNORE INTO pending VALUES (?)", [(p.id,) for p in batch])
-        self._upsert(self.store, [f"{p.id}:{i}" for p, i, _ in passages], vectors,
-                     [_node_meta(p, i) for p, i, _ in passages])
-        # The paper's head (title + opening) doubles as its whole-paper vector: no extra embedding.
-        self._upsert(self.doc_store, [f"{passages[k][0].id}:doc" for k in heads], vectors[heads],
-                     [_node_meta(passages[k][0], -1) for k in heads])
+        try:
+            with self.db:
+                self.db.executemany("INSERT OR IGNORE INTO pending VALUES (?)", [(p.id,) for p in batch])
+        except sqlite3.Error as exc:
+            raise registry_error(self.settings.db_path, exc) from None
+        self._write_vectors(passages)
         first = int(self.db.execute("SELECT COALESCE(MAX(seq), 0) FROM papers").fetchone()[0]) + 1
         tokens_of = [keyword_tokens(f"{paper.title}. {paper.abstract}") for paper in batch]
         # The tantivy copy before the registry: a kill in between leaves the copy ahead, which
         # the next write notices (``_sync_keyword``) and searches meanwhile do not trust.
-        self.kw_store.add((first + k, " ".join(tokens)) for k, tokens in enumerate(tokens_of))
-        self.kw_store.commit()
+        try:
+            self.kw_store.add((first + k, " ".join(tokens)) for k, tokens in enumerate(tokens_of))
+            self.kw_store.commit()
+        except Exception as exc:  # tantivy raises ValueError with the OS error in its text
+            if is_disk_full(exc):
+                raise disk_full_error(self.settings.home, "writing the keyword index") from None
+            raise
         terms: Counter[str] = Counter()
-        with self.db:
+        with self._registry_write(), self.db:
             for seq, paper, tokens in zip(range(first, first + len(batch)), batch, tokens_of):
                 chunk_rows = [(paper.id, i, chunk) for p, i, chunk in passages if p is paper]
                 n_chunks = len(chunk_rows)
@@ -654,14 +797,28 @@ class Index:
             )
             self.db.executemany("DELETE FROM pending WHERE paper_id=?", [(p.id,) for p in batch])
         self._count_at = -1e9
+        space.done()
         if progress is not None:
             progress.update(len(batch))
         return len(passages)
 
-    @staticmethod
-    def _upsert(store: Any, ids: list[str], vectors: Any, metadatas: list[dict[str, Any]]) -> None:
-        """Write vectors; upsert, so a rerun after a kill overwrites whatever half-written ones it finds."""
-        store.upsert(ids=ids, embeddings=vectors, metadatas=metadatas)
+    def _write_vectors(self, passages: list[tuple[Paper, int, str]]) -> None:
+        """Embed (title + chunk) passages and upsert their chunk vectors and, for chunk 0, head vectors."""
+        vectors = self.embedder.embed_array([passage_text(paper.title, chunk) for paper, _, chunk in passages])
+        heads = [k for k, (_, i, _) in enumerate(passages) if i == 0]
+        self.vectors.upsert("chunks", [f"{p.id}:{i}" for p, i, _ in passages], vectors,
+                            [_node_meta(p, i) for p, i, _ in passages])
+        # The paper's head (title + opening) doubles as its whole-paper vector: no extra embedding.
+        self.vectors.upsert("docs", [f"{passages[k][0].id}:doc" for k in heads], vectors[heads],
+                            [_node_meta(passages[k][0], -1) for k in heads])
+
+    @contextmanager
+    def _registry_write(self) -> Iterator[None]:
+        """SQLite errors of a registry write as one line (the transaction itself rolls back)."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise registry_error(self.settings.db_path, exc) from None
 
     def ingest(self, paths: Iterable[Path], rebuild: bool = False, show_progress: bool = True) -> IngestReport:
         """Sync the index with these files: new abstracts added, vanished ones removed.
@@ -683,15 +840,29 @@ class Index:
         t0 = time.perf_counter()
         files = expand_paths(paths)
         report = IngestReport(files=len(files))
-        with self.db:
-            for table in ("incoming (hash TEXT PRIMARY KEY)", "ingest_files (file TEXT PRIMARY KEY)"):
+        with self._registry_write(), self.db:
+            for table in ("incoming (hash TEXT PRIMARY KEY)", "ingest_files (file TEXT PRIMARY KEY)",
+                          "incoming_ids (id TEXT PRIMARY KEY, hash TEXT NOT NULL, source TEXT NOT NULL)"):
                 self.db.execute(f"CREATE TEMP TABLE IF NOT EXISTS {table}")
-            self.db.execute("DELETE FROM incoming")
-            self.db.execute("DELETE FROM ingest_files")
+            for table in ("incoming", "ingest_files", "incoming_ids"):
+                self.db.execute(f"DELETE FROM {table}")
             self.db.executemany("INSERT OR IGNORE INTO ingest_files VALUES (?)", [(str(f.resolve()),) for f in files])
 
         def note(rec: RawRecord) -> None:
-            self.db.execute("INSERT OR IGNORE INTO incoming VALUES (?)", (content_hash(rec.abstract),))
+            h = content_hash(rec.abstract)
+            self.db.execute("INSERT OR IGNORE INTO incoming VALUES (?)", (h,))
+            if rec.id is None:
+                return
+            # One id for two different abstracts in one ingest is an error in the input, not
+            # something to guess about (kept in SQLite: an ingest may carry millions of ids).
+            row = self.db.execute("SELECT hash, source FROM incoming_ids WHERE id=?", (rec.id,)).fetchone()
+            if row is None:
+                self.db.execute("INSERT INTO incoming_ids VALUES (?,?,?)", (rec.id, h, rec.source))
+            elif row["hash"] != h:
+                raise CorpusError(
+                    f"{rec.source}: id {rec.id!r} is already used by {row['source']} for a different abstract; "
+                    "give each abstract its own id (or drop the id to use content hashes)"
+                )
 
         # One validating pass before any write; it also notes which texts are still wanted.
         try:
@@ -702,9 +873,11 @@ class Index:
         if rebuild:
             self.clear()
         self.check_model()
-        self._drop_unfinished()
-        self._sync_keyword(show_progress)
-        with self.db:
+        # Vectors are derived data: a store that cannot be read is set aside and rebuilt, and
+        # registered papers it lacks (a switched store, a folder deleted by hand) are embedded
+        # again from the registry, before anything new is added.
+        report.reembedded = self._repair(show_progress, full=False).reembedded
+        with self._registry_write(), self.db:
             self.db.execute("INSERT OR REPLACE INTO meta VALUES ('embed_model', ?)", (self.settings.embed_model,))
             self.db.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
             self.db.execute("CREATE TEMP TABLE IF NOT EXISTS seen (paper_id TEXT, file TEXT, loc TEXT)")
@@ -734,7 +907,12 @@ class Index:
                     paper.sources = [f"{key_file}:{loc}"]
                     if any(p.id == paper.id for p in batch) or self.db.execute(
                             "SELECT 1 FROM papers WHERE id=?", (paper.id,)).fetchone():
-                        paper.id = f"{paper.id}-{h[:8]}"  # a user id reused for different text
+                        # The id belongs to an indexed paper with other text (an earlier ingest, or the
+                        # old version of an edited abstract, which this sync drops at its end): ids stay
+                        # unique, and the report says which paper got which id.
+                        renamed = f"{paper.id}-{h[:8]}"
+                        report.renamed.append((paper.id, renamed))
+                        paper.id = renamed
                     paper.title = self._unique_title(paper.abstract, paper.title, paper.id, rec.title is None)
                     if any(p.title == paper.title for p in batch):
                         paper.title = f"{paper.title} [{paper.id[:6]}]"
@@ -785,9 +963,7 @@ class Index:
         return orphans
 
     def _delete_vectors(self, paper_ids: list[str]) -> None:
-        for part, _ in _in_batches(paper_ids, 200):
-            self.store.delete(where={"document_id": {"$in": part}})
-            self.doc_store.delete(where={"document_id": {"$in": part}})
+        self.vectors.delete_papers(paper_ids)
 
     def _deleted(self, seqs: list[int], paper_ids: list[str]) -> None:
         """After the registry's delete has committed: drop the papers' vectors and keyword copies.
@@ -823,14 +999,13 @@ class Index:
     def clear(self) -> None:
         """Drop everything (``ingest --rebuild``). Holds the keyword writer until the ingest releases it."""
         self.kw_store.lock()
-        client = self._client if self._client is not None else self._chroma_client()
-        for name in (self.settings.collection, f"{self.settings.collection}_doc"):
-            try:
-                client.delete_collection(name)
-            except Exception:  # not there: nothing to drop
-                pass
-        self._store = self._doc_store = None
-        with self.db:
+        try:
+            self.vectors.drop()
+        except VectorStoreError as exc:
+            if isinstance(exc, DiskFullError):
+                raise
+            self.notes.append(self.vectors.move_aside())
+        with self._registry_write(), self.db:
             self.db.execute("DELETE FROM sources")
             self.db.execute("DELETE FROM papers")
             self.db.execute("DELETE FROM meta")
@@ -845,12 +1020,179 @@ class Index:
     def close(self) -> None:
         self._threads.shutdown(wait=True)
         self._release_writer()
+        self.vectors.close()
+        if self._watch_db is not None:
+            self._watch_db.close()
         with self._readers_lock:
             for conn in self._readers:
                 conn.close()
             self._readers.clear()
         with closing(self.db):
             pass
+
+
+WATCH_SECONDS = 2.0  # how often a long-running reader looks for other processes' writes
+
+
+class _ReadWriteLock:
+    """Many searches at once, or one vector-store reopen with no search in flight."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writing = False
+
+    @contextmanager
+    def read(self) -> Iterator[None]:
+        with self._cond:
+            while self._writing:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                if not self._readers:
+                    self._cond.notify_all()
+
+    @contextmanager
+    def write(self) -> Iterator[None]:
+        with self._cond:
+            while self._writing or self._readers:
+                self._cond.wait()
+            self._writing = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writing = False
+                self._cond.notify_all()
+
+
+class SpaceCheck:
+    """Stop an ingest cleanly before a batch that may not fit in the data directory.
+
+    A write that runs out of space part way can leave chromadb's files unreadable (a
+    cut-short HNSW pickle) and even keep chromadb from opening the store for reading,
+    so the check comes before each batch, while everything can still be read. The
+    estimate is deliberately generous: per vector, three times its float32 size plus
+    1 kB (HNSW graph, Chroma's own write-ahead log, metadata); per character of text,
+    10 bytes (the abstract, its chunks, keyword postings, SQLite's WAL); doubled. On top,
+    ``min_free_mb`` and room for the stores' bursts: an HNSW resize rewrites a quarter
+    of the store, a tantivy merge needs up to the keyword copy's size again.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.written = 0  # papers whose vectors this process wrote, for the message
+
+    def check(self, papers: Sequence[Paper], passages: Sequence[tuple[Paper, int, str]], dim: int) -> _SpaceTicket:
+        s = self.settings
+        chars = sum(len(p.abstract) + len(p.title) for p in papers) + sum(len(c) for _, _, c in passages)
+        estimate = len(passages) * 2 * (dim * 4 * 3 + 1024) + chars * 10 + len(papers) * 2048
+        headroom = s.min_free_mb * 1_000_000 + tree_bytes(s.keyword_path)
+        if not s.chroma_url:
+            headroom += tree_bytes(s.chroma_dir) // 4
+        need = 2 * estimate + headroom
+        free = free_bytes(s.home)
+        if free < need:
+            done = f"{self.written:,} papers were written before stopping and" if self.written else "nothing was written and"
+            raise DiskFullError(
+                f"not enough free space in {s.home}: the next batch of {len(papers)} abstracts needs about {mb(need)} "
+                f"(with {mb(headroom)} kept free for the stores' own growth) and {mb(free)} are free; {done} the "
+                "index is intact: free some space (or move the data directory with RAG_PAPERS_HOME) and rerun "
+                "`rag-papers ingest` to continue"
+            )
+        return _SpaceTicket(self, len(papers))
+
+
+@dataclass
+class _SpaceTicket:
+    check: SpaceCheck
+    papers: int
+
+    def done(self) -> None:
+        self.check.written += self.papers
+
+
+class RegistryError(RagPapersError):
+    """The registry file cannot be read: the message names it and the way out."""
+
+
+def registry_error(path: Path, exc: sqlite3.Error) -> RagPapersError:
+    """One line for an SQLite failure on the registry: a full disk, a lock, or a damaged file."""
+    text = str(exc)
+    if "full" in text or "no space" in text.lower():
+        from rag_papers.vectors import disk_full_error
+
+        return disk_full_error(path.parent, "writing the registry")
+    if "locked" in text or "busy" in text:
+        return RagPapersError(f"the registry {path} is locked by another rag-papers process; wait for it to finish")
+    if isinstance(exc, sqlite3.OperationalError) and "unable to open" in text:
+        return RagPapersError(f"cannot open the registry {path}: check the data directory's permissions")
+    return RegistryError(
+        f"the registry {path} is damaged ({text}): restore it from a backup, or rebuild the index from your "
+        "corpus files with `rag-papers ingest --rebuild [FILES]` (the damaged file is kept aside)"
+    )
+
+
+def _check_registry_file(path: Path) -> None:
+    """Catch a registry cut short before SQLite reads past its end (a file system that ran out, a bad copy).
+
+    The header records the database size in pages; a file shorter than that lost its tail.
+    Cheap (one 100-byte read), unlike ``PRAGMA quick_check``, which reads every page.
+    """
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(100)
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return
+    if not head:
+        return
+    if len(head) < 100 or not head.startswith(b"SQLite format 3\x00"):
+        raise RegistryError(
+            f"the registry {path} is not an SQLite database (damaged or overwritten): restore it from a backup, "
+            "or rebuild the index from your corpus files with `rag-papers ingest --rebuild [FILES]`"
+        )
+    page = int.from_bytes(head[16:18], "big")
+    page = 65536 if page == 1 else page
+    pages = int.from_bytes(head[28:32], "big")
+    valid = head[24:28] == head[92:96]  # the in-header size is only kept by SQLite >= 3.7.0 writers
+    wal = Path(f"{path}-wal")
+    if wal.exists() and wal.stat().st_size > 0:
+        return  # a checkpoint cut short (a full disk) leaves the main file short: the WAL still has the pages
+    if valid and pages and size < pages * page:
+        raise RegistryError(
+            f"the registry {path} is damaged (cut short: {size:,} of {pages * page:,} bytes): restore it from a "
+            "backup, or rebuild the index from your corpus files with `rag-papers ingest --rebuild [FILES]`"
+        )
+
+
+def _open_registry(path: Path) -> sqlite3.Connection:
+    _check_registry_file(path)
+    db: sqlite3.Connection | None = None
+    try:
+        db = _connect(path)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.executescript(_SCHEMA)
+        return db
+    except sqlite3.Error as exc:
+        if db is not None:
+            db.close()
+        raise registry_error(path, exc) from None
+
+
+def set_aside(path: Path) -> Path:
+    """Rename a damaged registry (and its -wal/-shm files) so a fresh one can be made; never delete it."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    dest = path.with_name(f"{path.name}.damaged-{stamp}")
+    for suffix in ("", "-wal", "-shm"):
+        src = Path(f"{path}{suffix}")
+        if src.exists():
+            os.replace(src, Path(f"{dest}{suffix}"))
+    return dest
 
 
 def _connect(path: Path, mmap: bool = False) -> sqlite3.Connection:

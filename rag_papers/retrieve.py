@@ -16,6 +16,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from rag_papers import RagPapersError
 from rag_papers.config import Settings
 from rag_papers.corpus import Paper
 from rag_papers.index import Index
@@ -37,6 +38,34 @@ class Filters:
 
     def active(self) -> bool:
         return any(v not in (None, "") for v in asdict(self).values())
+
+    def problem(self) -> str | None:
+        """Why these filters can match no paper whatever the index holds (an empty year range), else None.
+
+        The CLI refuses such filters before loading anything; the retriever reports them as
+        having excluded every paper without searching.
+        """
+        if self.year_min is not None and self.year_max is not None and self.year_min > self.year_max:
+            return f"the year range {self.year_min} to {self.year_max} is empty (the minimum is after the maximum)"
+        return None
+
+    def years(self) -> str:
+        """The year filter in words ("year 2030 or later"), or "" when there is none."""
+        lo, hi = self.year_min, self.year_max
+        if lo is not None and hi is not None:
+            return f"year {lo}" if lo == hi else f"years {lo} to {hi}"
+        if lo is not None:
+            return f"year {lo} or later"
+        return f"year {hi} or earlier" if hi is not None else ""
+
+    def describe(self) -> str:
+        """The active filters in words, for messages: "year 2030 or later, venue 'NOPE'"."""
+        parts = [self.years()]
+        if self.venue:
+            parts.append(f"venue {self.venue!r}")
+        if self.keyword:
+            parts.append(f"keyword {self.keyword!r}")
+        return ", ".join(p for p in parts if p)
 
     def chroma_where(self) -> dict[str, Any]:
         clauses: list[dict[str, Any]] = []
@@ -87,6 +116,10 @@ class SearchResult:
     timings: dict[str, float] = field(default_factory=dict)
     papers: dict[str, Paper] = field(default_factory=dict, repr=False)
     relevance: float = 0.0  # the evidence ``relevant`` thresholds (see ``Retriever.relevance``)
+    # True when the filters, not the query, left nothing: every candidate was rejected by them (or
+    # they cannot match at all). Then "the abstracts don't cover this" would be the wrong message.
+    filtered_out: bool = False
+    filter_reason: str | None = None  # what excluded them, in words, when ``filtered_out``
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -94,6 +127,8 @@ class SearchResult:
             "results": [h.to_dict() for h in self.results],
             "relevant": self.relevant,
             "relevance": self.relevance,
+            "filtered_out": self.filtered_out,
+            "filter_reason": self.filter_reason,
             "timings": self.timings,
         }
 
@@ -113,8 +148,12 @@ class Retriever:
 
     def search(self, query: str, top_k: int | None = None, filters: Filters | None = None) -> SearchResult:
         s = self.settings
+        if not query.strip():  # the nearest papers to nothing are arbitrary: refuse, as every caller should
+            raise RagPapersError("empty query: give the words to search for")
         k = max(1, top_k or s.top_k)
         filters = filters or Filters()
+        if filters.problem():
+            return SearchResult(query, [], False, {"total_ms": 0.0}, filtered_out=True, filter_reason=filters.problem())
         mode = s.retrieval
         widen = 4 if filters.active() else 1  # filters reject some candidates: look further down
         pool = max(s.candidates, k) * widen
@@ -127,11 +166,12 @@ class Retriever:
         kw_side = self.index.pool().submit(self._keyword_side, query, pool) if mode == "hybrid" else None
 
         dense: dict[str, tuple[float, str]] = {}
+        where = filters.chroma_where()
         if mode in ("hybrid", "dense"):
             vec = self.index.embedder.embed_query(query)
             timings["embed_ms"] = _ms(t0)
             t1 = time.perf_counter()
-            for dh in self.index.dense(vec, pool, where=filters.chroma_where()):
+            for dh in self.index.dense(vec, pool, where=where):
                 dense[dh.paper_id] = (dh.score, dh.chunk_id)
             timings["dense_ms"] = _ms(t1)
 
@@ -159,6 +199,7 @@ class Retriever:
         # time at 100k papers.
         papers: dict[str, Paper] = {}
         hits: list[Hit] = []
+        rejected = 0  # candidates the filters turned away
         for start in range(0, len(scored), k * widen):
             part = scored[start : start + k * widen]
             papers.update(self.index.get([pid for _, pid, _, _ in part]))
@@ -166,7 +207,10 @@ class Retriever:
                 paper = papers.get(pid)
                 if len(hits) == k:
                     break
-                if paper is None or not filters.accepts(paper):
+                if paper is None:
+                    continue
+                if not filters.accepts(paper):
+                    rejected += 1
                     continue
                 hits.append(
                     Hit(
@@ -187,11 +231,38 @@ class Retriever:
         for h in hits:
             h.passage = texts.get(chunk_of.get(h.id, "")) or _first_sentences(papers[h.id].abstract)
         relevance = round(self.relevance(hits, coverage), 4)  # decided on the value reported
+        # Nothing left because of the filters: candidates were turned away, or the vector store's
+        # filter (year, venue) matched no vector at all in a non-empty index.
+        excluded = not hits and filters.active() and (
+            rejected > 0 or (bool(where) and mode != "bm25" and not dense and self.index.count() > 0)
+        )
         timings["fuse_ms"] = _ms(t1)
         timings["total_ms"] = _ms(t0)
         return SearchResult(
-            query, hits, bool(hits) and relevance >= self.floor(), timings, {h.id: papers[h.id] for h in hits}, relevance
+            query, hits, bool(hits) and relevance >= self.floor(), timings, {h.id: papers[h.id] for h in hits}, relevance,
+            filtered_out=excluded, filter_reason=self.filter_reason(filters) if excluded else None,
         )
+
+    def filter_reason(self, filters: Filters) -> str:
+        """Why the filters left no paper, as precisely as the index can say cheaply.
+
+        A year range or venue that no indexed paper has is named as such (from the registry's
+        distinct values); otherwise the papers that match the query all failed the filters.
+        """
+        if filters.problem():
+            return str(filters.problem())
+        if filters.year_min is not None or filters.year_max is not None:
+            years = [int(y) for y in self.index.field_values("year") if y is not None]
+            lo, hi = filters.year_min, filters.year_max
+            if not any((lo is None or y >= lo) and (hi is None or y <= hi) for y in years):
+                known = f"indexed years: {min(years)} to {max(years)}" if years else "no indexed paper has a year"
+                return f"no indexed paper is from {filters.years()} ({known})"
+        if filters.venue:
+            venues = [str(v) for v in self.index.field_values("venue") if v]
+            if filters.venue.lower() not in {v.lower() for v in venues}:
+                shown = ", ".join(venues[:5]) + (", ..." if len(venues) > 5 else "")
+                return f"no indexed paper is from venue {filters.venue!r} (indexed venues: {shown or 'none'})"
+        return f"none of the papers that match the query passes the filters ({filters.describe()})"
 
     def _keyword_side(self, query: str, pool: int) -> tuple[dict[str, float], float, float]:
         """(paper id -> share of the query's idf mass matched, coverage, milliseconds)."""

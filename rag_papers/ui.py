@@ -17,6 +17,15 @@ Design notes (why it is built this way):
   that paper. Citations in older answers therefore still open *their* paper.
 * Every failure (LLM gone mid-answer, bad settings, a bug) becomes a ``⚠`` message
   in the chat; the app keeps serving.
+* Corpus and model text is never markup. The Chatbot renders messages as GFM Markdown
+  (links, images, autolinks, ``$$`` LaTeX) and its sanitiser keeps ``<a>`` and ``<img>``, so
+  ``html.escape`` is not enough: ``inert`` turns every ASCII punctuation character of such
+  text into a numeric entity, which neither Markdown nor HTML (nor gr.HTML's templates) can
+  act on and the browser shows as the same character. Every place that shows corpus, model
+  or error text goes through it; our own tags (citation links, badges) are written around
+  it. The Markdown export uses ``md_inert`` (backslash escapes) for the same reason.
+* Clients choose models by name among those the server allows (``llm.allowed_models``);
+  a client's string never reaches the filesystem. A public address needs a login.
 """
 
 from __future__ import annotations
@@ -25,7 +34,7 @@ import os
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
-import html
+import ipaddress
 import logging
 import re
 import tempfile
@@ -44,7 +53,7 @@ from rag_papers.answer import Answer
 from rag_papers.chat import ChatSession, Engine
 from rag_papers.config import Settings
 from rag_papers.corpus import Paper
-from rag_papers.llm import LLMError, backend_names, get_backend
+from rag_papers.llm import LLMError, allowed_models, backend_names, get_backend, resolve_model
 from rag_papers.retrieve import Filters, SearchResult
 
 log = logging.getLogger(__name__)
@@ -112,8 +121,27 @@ class UIState:
 
 
 # ------------------------------------------------------------------------ rendering
-def _esc(text: object) -> str:
-    return html.escape(str(text), quote=True)
+_MARKUP_CHARS = re.compile(r"[!-/:-@\[-`{-~]")  # every ASCII punctuation character
+
+
+def inert(text: object) -> str:
+    """``text`` as HTML that shows exactly its characters and can never become markup.
+
+    The one escaping function for corpus, model and error text in the page. Entities for all
+    ASCII punctuation (not just ``<>&"'``): Chatbot messages go through Markdown first, where
+    ``![x](url)``, ``[x](url)``, ``<url>``, bare ``http://`` and ``www.`` autolinks, ``$$`` and
+    ``{{ }}`` would otherwise come alive. Safe in text and in double-quoted attributes.
+    """
+    return _MARKUP_CHARS.sub(lambda m: f"&#{ord(m.group())};", str(text))
+
+
+_MD_SPECIAL = re.compile(r"[\\`*_\[\]()<>!&#|~$]|:(?=//)|@|(?<=www)\.", re.IGNORECASE)
+
+
+def md_inert(text: object) -> str:
+    """``text`` for the Markdown export: any CommonMark/GFM viewer shows it as written, never as a link,
+    an image or HTML (backslash escapes, also breaking ``://``, ``www.`` and e-mail autolinks)."""
+    return _MD_SPECIAL.sub(lambda m: "\\" + m.group(), str(text))
 
 
 def _ms(value: float | None) -> str:
@@ -128,16 +156,60 @@ def _clip(text: str, n: int) -> str:
 
 
 def linkify(text: str, index: int, items: list[Item]) -> str:
-    """Turn each valid ``[n]`` into a link that opens source n of exchange ``index``."""
+    """``text`` made inert, each valid ``[n]`` a link that opens source n of exchange ``index``."""
     titles = {it.n: it.title for it in items}
-
-    def sub(m: re.Match[str]) -> str:
+    out: list[str] = []
+    pos = 0
+    for m in _CITE_RE.finditer(text):
         n = int(m.group(1))
-        if n not in titles:
-            return m.group(0)
-        return f'<a class="rp-cite" href="#cite-{index}-{n}" title="{_esc(titles[n])}">[{n}]</a>'
+        out.append(inert(text[pos : m.start()]))
+        if n in titles:
+            out.append(f'<a class="rp-cite" href="#cite-{index}-{n}" title="{inert(titles[n])}">[{n}]</a>')
+        else:
+            out.append(inert(m.group(0)))
+        pos = m.end()
+    out.append(inert(text[pos:]))
+    return "".join(out)
 
-    return _CITE_RE.sub(sub, text)
+
+_BULLET_RE = re.compile(r"[-*•]\s+(.*)")
+
+
+def answer_html(text: str, index: int, items: list[Item], lead: str = "", tail: str = "") -> str:
+    """An answer's text as our own HTML: paragraphs, "- " lines as a list, citations linked.
+
+    The text itself is inert and no raw newline is left, so the Chatbot's Markdown pass sees a
+    single HTML block and can add nothing. ``lead`` and ``tail`` (our badge, the caret) go inside
+    the first and last block.
+    """
+    blocks: list[tuple[str, list[str]]] = []  # ("p" | "ul", lines)
+    for line in text.split("\n"):
+        s = line.strip()
+        bullet = _BULLET_RE.fullmatch(s)
+        kind = "ul" if bullet else "p"
+        if not s:
+            blocks.append(("", []))
+            continue
+        body = linkify(bullet.group(1) if bullet else s, index, items)
+        if blocks and blocks[-1][0] == kind:
+            blocks[-1][1].append(body)
+        else:
+            blocks.append((kind, [body]))
+    blocks = [b for b in blocks if b[0]] or [("p", [""])]
+    if lead:
+        if blocks[0][0] == "p":
+            blocks[0][1][0] = f"{lead} {blocks[0][1][0]}"
+        else:
+            blocks.insert(0, ("p", [lead]))
+    if tail:
+        blocks[-1][1][-1] += tail
+    html_out = []
+    for kind, lines in blocks:
+        if kind == "ul":
+            html_out.append("<ul>" + "".join(f"<li>{x}</li>" for x in lines) + "</ul>")
+        else:
+            html_out.append("<p>" + "<br>".join(lines) + "</p>")
+    return f'<div class="rp-answer">{"".join(html_out)}</div>'
 
 
 def highlight(abstract: str, passage: str, quoted: str = "") -> str:
@@ -150,7 +222,7 @@ def highlight(abstract: str, passage: str, quoted: str = "") -> str:
     out: list[str] = []
     for sentence in re.split(r"(?<=[.!?])\s+", abstract.strip()):
         ns = norm(sentence)
-        text = _esc(sentence)
+        text = inert(sentence)
         if len(ns) > 12 and q and ns in q:
             out.append(f'<mark class="rp-quoted">{text}</mark>')
         elif len(ns) > 12 and p and (ns in p or ns[:32] in p or ns[-32:] in p):
@@ -165,43 +237,41 @@ def render_exchange(index: int, ex: Exchange, show_rewrite: bool) -> str:
     parts: list[str] = []
     if show_rewrite and ex.standalone and ex.standalone != ex.question:
         parts.append(
-            f'<div class="rp-searched"><span class="rp-label">Searched for</span> <em>{_esc(ex.standalone)}</em></div>'
+            f'<div class="rp-searched"><span class="rp-label">Searched for</span> <em>{inert(ex.standalone)}</em></div>'
         )
     if ex.mode == "search" and ex.done and not ex.error:
         parts.append(_render_hits(index, ex))
     elif ex.text:
-        body = linkify(ex.text, index, ex.items)
-        if ex.refused:
-            body = f'<span class="rp-badge rp-nc">Not covered</span> {body}'
-        if not ex.done:
-            body += ' <span class="rp-caret">▍</span>'
-        parts.append(body)
+        lead = '<span class="rp-badge rp-nc">Not covered</span>' if ex.refused else ""
+        tail = "" if ex.done else ' <span class="rp-caret">▍</span>'
+        parts.append(answer_html(ex.text, index, ex.items, lead, tail))
     elif not ex.done:
         what = "Searching the abstracts…" if ex.mode == "search" or not ex.items else "Writing the answer…"
         parts.append(f'<span class="rp-thinking">{what}</span>')
     if ex.stopped:
         parts.append('<div class="rp-notice">Stopped before the answer was complete.</div>')
     if ex.error:
-        parts.append(f'<div class="rp-error">⚠ {_esc(ex.error)}</div>')
+        parts.append(f'<div class="rp-error">⚠ {inert(ex.error)}</div>')
     if ex.notice and ex.done and not ex.error:
-        parts.append(f'<div class="rp-notice">Note: {_esc(ex.notice)}</div>')
+        parts.append(f'<div class="rp-notice">Note: {inert(ex.notice)}</div>')
     if ex.footer:
-        parts.append(f'<div class="rp-meta">{_esc(ex.footer)}</div>')
+        parts.append(f'<div class="rp-meta">{inert(ex.footer)}</div>')
     return "\n\n".join(parts)
 
 
 def _render_hits(index: int, ex: Exchange) -> str:
-    if not ex.items:
-        return '<span class="rp-badge rp-nc">No match</span> No indexed paper matches this search (check the filters).'
+    if not ex.items:  # ex.text: why, when the filters excluded every paper (set by run_search)
+        why = inert(ex.text) if ex.text else "No indexed paper matches this search (check the filters)."
+        return f'<span class="rp-badge rp-nc">No match</span> {why}'
     head = f"<b>{len(ex.items)} matching paper{'s' if len(ex.items) != 1 else ''}</b> · retrieval only, no answer generated"
     if not ex.relevant:
         head = f'<span class="rp-badge rp-nc">Weak matches</span> {head}; none is a close match'
     rows = []
     for it in ex.items:
         rows.append(
-            f'<li><a class="rp-cite" href="#cite-{index}-{it.n}">[{it.n}]</a> <b>{_esc(it.title)}</b>'
-            f' <span class="rp-id">{_esc(it.id)} · score {it.score:.3f}</span>'
-            f'<div class="rp-passage">{_esc(_clip(it.passage, 260))}</div></li>'
+            f'<li><a class="rp-cite" href="#cite-{index}-{it.n}">[{it.n}]</a> <b>{inert(it.title)}</b>'
+            f' <span class="rp-id">{inert(it.id)} · score {it.score:.3f}</span>'
+            f'<div class="rp-passage">{inert(_clip(it.passage, 260))}</div></li>'
         )
     return f'<div class="rp-hits-head">{head}</div>\n\n<ol class="rp-hits">{"".join(rows)}</ol>'
 
@@ -212,7 +282,7 @@ def chat_messages(state: UIState | None) -> list[dict[str, str]]:
     if state is None:
         return out
     for i, ex in enumerate(state.exchanges):
-        out.append({"role": "user", "content": html.escape(ex.question, quote=False)})
+        out.append({"role": "user", "content": inert(ex.question)})
         out.append({"role": "assistant", "content": render_exchange(i, ex, state.show_rewrite)})
     return out
 
@@ -239,10 +309,12 @@ def sources_panel(state: UIState | None) -> str:
     ex = state.exchanges[idx]
     if not ex.items:
         if ex.refused:
-            return (
-                '<div class="rp-empty"><span class="rp-badge rp-nc">Not covered</span>'
-                "<p>No indexed abstract is close enough to this question, so no LLM was asked.</p></div>"
+            why = (
+                "The filters excluded every paper, so no LLM was asked: widen or clear them."
+                if ex.answer is not None and ex.answer.filtered_out
+                else "No indexed abstract is close enough to this question, so no LLM was asked."
             )
+            return f'<div class="rp-empty"><span class="rp-badge rp-nc">Not covered</span><p>{why}</p></div>'
         return EMPTY_PANEL
     if ex.mode == "search":
         title = "Matching papers"
@@ -254,19 +326,19 @@ def sources_panel(state: UIState | None) -> str:
     cards = []
     for it in ex.items:
         selected = it.n == sel
-        meta = [f'<span class="rp-id">{_esc(it.id)}</span>', f"score {it.score:.3f}"]
+        meta = [f'<span class="rp-id">{inert(it.id)}</span>', f"score {it.score:.3f}"]
         if it.venue or it.year:
-            meta.append(_esc(" ".join(str(x) for x in (it.venue, it.year) if x)))
+            meta.append(inert(" ".join(str(x) for x in (it.venue, it.year) if x)))
         if it.cited:
             meta.append('<span class="rp-badge rp-cited">cited</span>')
         body = (
             f'<div class="rp-abstract">{highlight(it.abstract or it.passage, it.passage, quoted)}</div>'
             if selected
-            else f'<div class="rp-snippet">{_esc(_clip(it.passage, 150))}</div>'
+            else f'<div class="rp-snippet">{inert(_clip(it.passage, 150))}</div>'
         )
         cards.append(
             f'<div class="rp-src{" selected" if selected else ""}{" cited" if it.cited else ""}" id="src-{it.n}">'
-            f'<a class="rp-src-title" href="#cite-{idx}-{it.n}"><span class="rp-num">[{it.n}]</span> {_esc(it.title)}</a>'
+            f'<a class="rp-src-title" href="#cite-{idx}-{it.n}"><span class="rp-num">[{it.n}]</span> {inert(it.title)}</a>'
             f'<div class="rp-src-meta">{" · ".join(meta)}</div>{body}</div>'
         )
     if ex.mode == "answer" and not ex.refused:
@@ -274,7 +346,7 @@ def sources_panel(state: UIState | None) -> str:
     else:
         legend = "<mark>retrieved passage</mark>"
     return (
-        f'<div class="rp-sources"><div class="rp-src-head"><b>{title}</b> for “{_esc(_clip(ex.question, 80))}”'
+        f'<div class="rp-sources"><div class="rp-src-head"><b>{title}</b> for “{inert(_clip(ex.question, 80))}”'
         f'<div class="rp-legend">{legend}</div></div>{"".join(cards)}</div>'
     )
 
@@ -288,8 +360,33 @@ def radio_update(state: UIState | None) -> dict[str, Any]:
     return gr.update(choices=[(f"[{it.n}]", it.n) for it in items], value=sel if items else None, visible=bool(items))
 
 
+def _md_line(text: str) -> str:
+    return md_inert(" ".join(text.split()))
+
+
+def _md_id(pid: str) -> str:
+    return f"`{pid}`" if re.fullmatch(r"[\w.:-]+", pid) else _md_line(pid)
+
+
+_MD_CITE_RE = re.compile(r"\[(\d+)\](?!:)")  # "[n]:" would define a link, so it is escaped
+
+
+def _md_text(text: str) -> str:
+    """Answer text for the export: inert except its ``[n]`` citations, which stay readable."""
+    out: list[str] = []
+    pos = 0
+    for m in _MD_CITE_RE.finditer(text):
+        out += [md_inert(text[pos : m.start()]), m.group(0)]
+        pos = m.end()
+    out.append(md_inert(text[pos:]))
+    return "".join(out)
+
+
 def export_markdown(state: UIState) -> str:
-    """The conversation as Markdown: each question, its answer and a References list."""
+    """The conversation as Markdown: each question, its answer and a References list.
+
+    Corpus and model text is escaped (``md_inert``), so a Markdown viewer shows it as written.
+    """
     lines = [
         "# rag-papers conversation",
         "",
@@ -299,28 +396,30 @@ def export_markdown(state: UIState) -> str:
     for i, ex in enumerate(state.exchanges, 1):
         if not ex.done:
             continue
-        lines += [f"## {i}. {ex.question}", ""]
+        lines += [f"## {i}. {_md_line(ex.question)}", ""]
         if ex.standalone and ex.standalone != ex.question:
-            lines += [f"*Searched for: {ex.standalone}*", ""]
+            lines += [f"*Searched for: {_md_line(ex.standalone)}*", ""]
         if ex.mode == "search" and not ex.error:
             lines += ["Retrieval only (no answer generated). Matching papers:", ""]
             lines += [
-                f"{it.n}. **{it.title}** (`{it.id}`, score {it.score:.3f}): {_clip(it.passage, 300)}" for it in ex.items
+                f"{it.n}. **{_md_line(it.title)}** ({_md_id(it.id)}, score {it.score:.3f}): "
+                f"{_md_line(_clip(it.passage, 300))}"
+                for it in ex.items
             ]
             lines.append("")
         else:
             if ex.refused:
-                lines += [f"**Not covered.** {ex.text}", ""]
+                lines += [f"**Not covered.** {_md_text(ex.text)}", ""]
             elif ex.text:
-                lines += [ex.text.strip(), ""]
+                lines += [_md_text(ex.text.strip()), ""]
             if ex.error:
-                lines += [f"> ⚠ {ex.error}", ""]
+                lines += [f"> ⚠ {_md_line(ex.error)}", ""]
             if ex.footer:
-                lines += [f"*{ex.footer}*", ""]
+                lines += [f"*{_md_line(ex.footer)}*", ""]
             refs = [it for it in ex.items if it.cited] or ([] if ex.refused else ex.items)
             if refs and not ex.refused:
                 lines += ["**References**", ""]
-                lines += [f"- [{it.n}] {it.title} (id `{it.id}`)" for it in refs]
+                lines += [f"- [{it.n}] {_md_line(it.title)} (id {_md_id(it.id)})" for it in refs]
                 lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 
@@ -438,7 +537,7 @@ def _theme() -> gr.themes.Base:
 
 def _status_html(text: str, level: str) -> str:
     dot = {"ok": "", "warn": " rp-warn", "bad": " rp-bad"}[level]
-    return f'<span class="rp-status" title="{_esc(text)}"><span class="rp-dot{dot}"></span>{_esc(text)}</span>'
+    return f'<span class="rp-status" title="{inert(text)}"><span class="rp-dot{dot}"></span>{inert(text)}</span>'
 
 
 def backend_status(settings: Settings, name: str | None, model: str | None) -> tuple[str, str]:
@@ -473,10 +572,15 @@ class ChatApp:
     """Handlers and layout; one instance per built app, shared by all sessions (holds no chat state)."""
 
     def __init__(self, settings: Settings, engine: Engine, llm: str | None = None, model: str | None = None) -> None:
+        self.llm = llm or settings.llm
+        self.model = (model or "").strip()
+        # The operator's --model (a name, or a GGUF path on their machine) is the backend's default.
+        if self.model and self.llm in ("auto", "ollama"):
+            settings = settings.model_copy(update={"ollama_model": self.model})
+        elif self.model and self.llm == "llamacpp":
+            settings = settings.model_copy(update={"llamacpp_model": Path(self.model)})
         self.settings = settings
         self.engine = engine
-        self.llm = llm or settings.llm
-        self.model = model or ""
         years = [y for y in engine.index.field_values("year") if y is not None]
         venues = [v for v in engine.index.field_values("venue") if v]
         self.years: list[int] = sorted({int(y) for y in years})
@@ -485,6 +589,30 @@ class ChatApp:
         self._claim_lock = threading.Lock()
 
     # ------------------------------------------------------------------ helpers
+    def _extra_models(self, name: str) -> dict[str, str]:
+        """A plugin backend's --model from the command line, allowed beside its default."""
+        plugin = name == self.llm and name not in ("auto", "ollama", "llamacpp", "extractive")
+        return {self.model: self.model} if plugin and self.model else {}
+
+    def resolve(self, backend_name: str | None, model: str | None) -> tuple[str, str | None]:
+        """(backend, model for get_backend) from a client's choice; RagPapersError unless both are allowed."""
+        name = (backend_name or "").strip() or self.llm
+        return name, resolve_model(self.settings, name, model, self._extra_models(name))
+
+    def model_choices(self, backend_name: str | None, listed: bool = True) -> list[str]:
+        """The names the model box offers for a backend, its default first (no paths: the server maps them)."""
+        name = (backend_name or "").strip() or self.llm
+        try:
+            allowed = allowed_models(self.settings, name, listed=listed)
+        except RagPapersError:
+            return []
+        return list({**allowed, **self._extra_models(name)})
+
+    def _model_update(self, backend_name: str | None, current: str | None = None, listed: bool = True) -> Any:
+        choices = self.model_choices(backend_name, listed)
+        value = current if current in choices else (choices[0] if choices else None)
+        return gr.update(choices=choices, value=value, interactive=bool(choices))
+
     def new_state(self) -> UIState:
         return UIState(ChatSession(self.engine))
 
@@ -603,6 +731,8 @@ class ChatApp:
             result = self.engine.search(ex.standalone, int(top_k), self.filters(year_from, year_to, venue, keyword))
             ex.items = self._items_from_result(result, int(top_k))
             ex.relevant = result.relevant
+            if result.filtered_out:  # say that the filters, not the query, left nothing
+                ex.text = f"The filters excluded every paper: {result.filter_reason}. Widen or clear them."
             ex.footer = f"retrieval only · {len(ex.items)} papers · retrieval {_ms(result.timings.get('total_ms'))}"
             state.view = (pending, 1) if ex.items else None
         except Exception as exc:  # noqa: BLE001 - shown in the chat, the app keeps serving
@@ -628,8 +758,20 @@ class ChatApp:
             yield self._skip()
             return
         try:
+            backend_name, model_value = self.resolve(backend_name, model)
+        except RagPapersError as exc:  # a name the server does not allow: shown, nothing looked up
+            ex.error, ex.done = str(exc), True
+            yield self._outputs(state, final=True)
+            return
+        try:
             yield from self._stream_answer(
-                state, pending, ex, backend_name, model, int(top_k), self.filters(year_from, year_to, venue, keyword)
+                state,
+                pending,
+                ex,
+                backend_name,
+                model_value or "",
+                int(top_k),
+                self.filters(year_from, year_to, venue, keyword),
             )
         finally:
             if not ex.done:  # cancelled (Stop, closed tab): leave a consistent history
@@ -764,7 +906,21 @@ class ChatApp:
         return chat_messages(state), state
 
     def status(self, backend_name: str, model: str) -> str:
-        return _status_html(*backend_status(self.settings, backend_name, model))
+        """The status pill for a backend and model choice (a choice the server refuses shows as bad)."""
+        try:
+            name, value = self.resolve(backend_name, model)
+        except RagPapersError as exc:
+            return _status_html(str(exc), "bad")
+        return _status_html(*backend_status(self.settings, name, value))
+
+    def on_backend(self, backend_name: str) -> tuple[Any, str]:
+        """The backend changed: offer its models, its default selected, and check it."""
+        return self.refresh_models(backend_name, "")
+
+    def refresh_models(self, backend_name: str, model: str) -> tuple[Any, str]:
+        """Page load and "Check LLM": the backend's models now (Ollama may have pulled more), and its status."""
+        update = self._model_update(backend_name, model)
+        return update, self.status(backend_name, update.get("value") or "")
 
     # --------------------------------------------------------------------- API
     def api_ask(
@@ -781,7 +937,8 @@ class ChatApp:
         if not question:
             return {"error": "empty question"}, state
         try:
-            backend, _ = self.engine.backend(backend_name or None, (model or "").strip() or None)
+            name, model_value = self.resolve(backend_name, model)  # only allowed names; never a path
+            backend, _ = self.engine.backend(name, model_value)
             standalone, stream = state.session.ask(question, backend, "", int(top_k or self.settings.top_k))
             for _ in stream:
                 pass
@@ -907,19 +1064,25 @@ class ChatApp:
                         )
                     with gr.Accordion("Answering and retrieval settings", open=False, elem_id="rp-settings"):
                         with gr.Row():
+                            first = self.llm if self.llm in backend_names() else "auto"
                             backend = gr.Dropdown(
                                 backend_names(),
-                                value=self.llm if self.llm in backend_names() else "auto",
+                                value=first,
                                 label="LLM backend",
                                 scale=2,
                                 elem_id="rp-backend",
                             )
-                            model = gr.Textbox(
-                                value=self.model,
+                            # A choice among the names the server allows (its default first), never a path;
+                            # the page load adds the models the Ollama server lists.
+                            initial = self.model_choices(first, listed=False)
+                            model = gr.Dropdown(
+                                initial,
+                                value=initial[0] if initial else None,
                                 label="Model",
                                 scale=3,
                                 elem_id="rp-model",
-                                placeholder=f"backend default ({s.ollama_model} for Ollama)",
+                                allow_custom_value=False,
+                                interactive=bool(initial),
                             )
                         refresh = gr.Button("↻ Check LLM", size="sm")
                         top_k = gr.Slider(
@@ -942,8 +1105,11 @@ class ChatApp:
                             f"{s.retrieval} retrieval · rag-papers {__version__}</small>"
                         )
 
-            # Hidden components backing the /ask API endpoint.
+            # Hidden components backing the /ask API endpoint: backend and model are checked by
+            # ``resolve`` (an error as data), not by a Dropdown's choices (an exception).
             api_question = gr.Textbox(visible=False, label="question")
+            api_backend = gr.Textbox(first, visible=False, label="LLM backend")
+            api_model = gr.Textbox("", visible=False, label="Model")
             api_out = gr.JSON(visible=False, label="answer")
             api_go = gr.Button(visible=False)
 
@@ -1013,23 +1179,19 @@ class ChatApp:
             )
 
             status_args: dict[str, Any] = {
-                "fn": self.status,
-                "inputs": [backend, model],
-                "outputs": status,
                 "concurrency_id": "status",
                 "concurrency_limit": 8,
                 "api_visibility": "private",
                 "show_progress": "hidden",
             }
-            demo.load(**status_args)
-            backend.change(**status_args)
-            model.submit(**status_args)
-            model.blur(**status_args)
-            refresh.click(**status_args)
+            demo.load(self.refresh_models, [backend, model], [model, status], **status_args)
+            backend.change(self.on_backend, [backend], [model, status], **status_args)
+            model.input(self.status, [backend, model], status, **status_args)
+            refresh.click(self.refresh_models, [backend, model], [model, status], **status_args)
 
             api_go.click(
                 self.api_ask,
-                [api_question, backend, model, top_k, state],
+                [api_question, api_backend, api_model, top_k, state],
                 [api_out, state],
                 api_name="ask",
                 concurrency_id="generate",
@@ -1058,17 +1220,61 @@ def parse_auth(auth: str | None) -> tuple[str, str] | None:
     return user, password
 
 
-def serve(app: gr.Blocks, settings: Settings, *, block: bool = True, quiet: bool = False) -> str:
+def resolve_auth(settings: Settings) -> tuple[str, str] | None:
+    """The UI login, from ``auth`` or ``auth_file`` (a file keeps the password out of ``ps`` and shell history)."""
+    if settings.auth and settings.auth_file:
+        raise RagPapersError("both auth and auth_file are set: give the login one way, not both")
+    if settings.auth_file is None:
+        return parse_auth(settings.auth)
+    path = Path(settings.auth_file)
+    try:
+        text = path.read_text(encoding="utf-8").rstrip("\r\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise RagPapersError(f"cannot read auth file {path}: {why}") from None
+    user, sep, password = text.partition(":")
+    if not sep or not user or not password or "\n" in text:
+        raise RagPapersError(f"bad auth file {path}: expected one line user:password")
+    return user, password
+
+
+def is_loopback(host: str) -> bool:
+    """Only this machine can reach ``host`` (127.0.0.0/8, ::1, localhost)."""
+    name = host.strip().strip("[]").lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(settings: Settings, insecure_no_auth: bool = False) -> None:
+    """Refuse to serve an address other machines can reach without a login, unless told so in so many words."""
+    if is_loopback(settings.host) or insecure_no_auth or resolve_auth(settings) is not None:
+        return
+    raise RagPapersError(
+        f"refusing to serve on {settings.host or '(all interfaces)'} without a login: anyone who can reach it could "
+        "use the whole API; set one with --auth-file FILE (user:password) or RAG_PAPERS_AUTH, "
+        "or pass --insecure-no-auth to serve it open anyway"
+    )
+
+
+def serve(
+    app: gr.Blocks, settings: Settings, *, block: bool = True, quiet: bool = False, insecure_no_auth: bool = False
+) -> str:
     """Launch ``app`` with the product's look and server options; returns the local URL.
 
     Tests call this with ``block=False`` so they exercise the same options as users.
     """
+    check_exposure(settings, insecure_no_auth)
+    auth = resolve_auth(settings)
     try:
         _, url, _ = app.launch(
             server_name=settings.host,
             server_port=settings.port,
-            auth=parse_auth(settings.auth),
-            auth_message="rag-papers: sign in" if settings.auth else None,
+            auth=auth,
+            auth_message="rag-papers: sign in" if auth else None,
             prevent_thread_lock=not block,
             share=False,
             quiet=quiet,
@@ -1088,11 +1294,17 @@ def serve(app: gr.Blocks, settings: Settings, *, block: bool = True, quiet: bool
     return str(url)
 
 
-def launch(settings: Settings, llm: str | None = None, model: str | None = None) -> None:
-    """``rag-papers chat`` / ``python app.py``: ingest the seeds if the index is empty, then serve."""
+def launch(
+    settings: Settings, llm: str | None = None, model: str | None = None, *, insecure_no_auth: bool = False
+) -> None:
+    """``rag-papers chat`` / ``python app.py``: ingest the seeds if the index is empty, then serve.
+
+    A public address without a login is refused before anything is loaded (``check_exposure``).
+    """
     from rag_papers.index import Index
 
-    parse_auth(settings.auth)  # fail before loading anything
+    check_exposure(settings, insecure_no_auth)  # also reads and checks the login: fail before loading anything
+    auth = resolve_auth(settings)
     if llm is not None and llm not in backend_names():
         raise RagPapersError(f"unknown LLM backend {llm!r}; choose from {', '.join(backend_names())}")
     index = Index(settings)
@@ -1107,5 +1319,11 @@ def launch(settings: Settings, llm: str | None = None, model: str | None = None)
     print(f"{engine.index.count()} papers · {line}", flush=True)
     app = build_app(settings, engine, llm, model)
     where = f"http://{settings.host}:{settings.port}"
-    print(f"rag-papers chat on {where}{' (sign-in required)' if settings.auth else ''}; Ctrl+C to stop", flush=True)
-    serve(app, settings, block=True, quiet=True)
+    if auth is None and not is_loopback(settings.host):
+        print(
+            f"warning: serving {settings.host} without a login (--insecure-no-auth): anyone who can reach it "
+            "can use the whole API",
+            flush=True,
+        )
+    print(f"rag-papers chat on {where}{' (sign-in required)' if auth else ''}; Ctrl+C to stop", flush=True)
+    serve(app, settings, block=True, quiet=True, insecure_no_auth=insecure_no_auth)

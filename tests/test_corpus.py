@@ -410,15 +410,42 @@ def test_bad_input_cli_leaves_index_untouched(tmp_path: Path, seeded: Settings) 
     assert hit["results"][0]["id"] == content_hash(abba)
 
 
-def test_one_user_id_for_two_abstracts_in_one_batch_keeps_both(tmp_path: Path, small_index: Index) -> None:
-    """A reused id is suffixed with the text's hash, whether the first use is indexed already or in the same batch."""
+def test_one_user_id_for_two_abstracts_in_one_ingest_is_an_error_naming_both_lines(
+    tmp_path: Path, small_index: Index
+) -> None:
+    """Reported failure: the second use was silently renamed ("2 added, 0 duplicates")."""
+    before = small_index.count()
     f = tmp_path / "ids.jsonl"
-    f.write_text("".join(json.dumps({"id": "p1", "abstract": a}) + "\n" for a in (ABSTRACT_X, ABSTRACT_Y)), encoding="utf-8")
-    report = small_index.ingest([f], show_progress=False)
-    assert (report.added, report.total) == (2, 2)
-    ids = sorted(r[0] for r in small_index.db.execute("SELECT id FROM papers"))
-    assert ids == sorted(["p1", f"p1-{content_hash(ABSTRACT_Y)[:8]}"])
+    f.write_text(json.dumps({"id": "p1", "abstract": ABSTRACT_X}) + "\n", encoding="utf-8")
+    g = tmp_path / "more.jsonl"
+    g.write_text("\n".join(json.dumps({"id": i, "abstract": a}) for i, a in (("q", ABSTRACT_Z), ("p1", ABSTRACT_Y))) + "\n",
+                 encoding="utf-8")
+    with pytest.raises(CorpusError) as err:
+        small_index.ingest([f, g], show_progress=False)
+    msg = str(err.value)
+    assert f"{g}:2" in msg and f"{f}:1" in msg and "'p1'" in msg and "\n" not in msg
+    assert small_index.count() == before  # nothing written
+    # The same id with the same text twice is one paper, as any duplicate.
+    h = tmp_path / "same.jsonl"
+    h.write_text("".join(json.dumps({"id": "p1", "abstract": ABSTRACT_X}) + "\n" for _ in range(2)), encoding="utf-8")
+    report = small_index.ingest([h], show_progress=False)
+    assert (report.added, report.duplicates, report.renamed) == (1, 1, [])
+
+
+def test_an_id_taken_by_an_indexed_paper_is_renamed_and_reported(tmp_path: Path, seeded: Settings) -> None:
+    """Another file's id that an indexed paper (from a file not re-read) holds for other text: kept apart, and said."""
+    f = tmp_path / "ids.jsonl"
+    f.write_text(json.dumps({"id": "p1", "abstract": ABSTRACT_X}) + "\n", encoding="utf-8")
     g = tmp_path / "more.jsonl"
     g.write_text(json.dumps({"id": "p1", "abstract": ABSTRACT_Z}) + "\n", encoding="utf-8")
-    assert small_index.ingest([g], show_progress=False).added == 1
-    assert small_index.get([f"p1-{content_hash(ABSTRACT_Z)[:8]}"])
+    env = {"RAG_PAPERS_HOME": str(seeded.home)}
+    assert run_cli("ingest", str(f), "--no-progress", env=env).returncode == 0
+    done = run_cli("ingest", str(g), "--no-progress", env=env)
+    assert done.returncode == 0, done.stderr
+    new_id = f"p1-{content_hash(ABSTRACT_Z)[:8]}"
+    assert f"id 'p1' belongs to an indexed paper with a different abstract: indexed as '{new_id}'" in done.stderr
+    assert "1 added" in done.stdout and "1 renamed" in done.stdout
+    as_json = run_cli("ingest", str(g), "--json", env=env)  # unchanged now: nothing renamed this time
+    assert json.loads(as_json.stdout)["renamed"] == []
+    papers = {json.loads(line)["id"] for line in run_cli("papers", "--json", env=env).stdout.splitlines()}
+    assert {"p1", new_id} <= papers

@@ -22,6 +22,7 @@ from rag_papers.corpus import content_hash, derive_title
 from rag_papers.embedding import resolve_model_path
 from rag_papers.index import Index
 from rag_papers.retrieve import Retriever
+from rag_papers.vectors import VectorStore
 
 SEED_000 = SEEDS / "000_60300f897a031d09.txt"
 SEED_004 = SEEDS / "004_5aae81baa8261116.txt"
@@ -267,14 +268,14 @@ def test_ingest_killed_midway_keeps_index_usable_and_resumes(
     monkeypatch.setattr(Index, "_store_batch", store_batch)
     if when == "after_second_batch_vectors":
         # The second batch's chunk vectors reach Chroma, then the process dies before the registry is written.
-        real_upsert = Index._upsert
+        real_upsert = VectorStore.upsert
 
-        def upsert(store: Any, ids: list[str], vectors: Any, metadatas: list[dict[str, Any]]) -> None:
-            real_upsert(store, ids, vectors, metadatas)
+        def upsert(self: VectorStore, which: Any, ids: list[str], vectors: Any, metadatas: list[dict[str, Any]]) -> None:
+            real_upsert(self, which, ids, vectors, metadatas)
             if calls["n"] >= 2:
                 raise SimulatedKill("killed")
 
-        monkeypatch.setattr(Index, "_upsert", staticmethod(upsert))
+        monkeypatch.setattr(VectorStore, "upsert", upsert)
     if when == "after_second_batch_keywords":
         # Vectors and the tantivy copy are written, then the process dies before the registry commit.
         from rag_papers.keyword import KeywordStore
@@ -324,17 +325,17 @@ def test_vectors_of_a_killed_batch_are_dropped_even_if_its_file_changes(
     corpus = tmp_path / "c.txt"
     kept = paragraphs(SEED_004)[:8]
     corpus.write_text("ICLR 2026 Papers\n\n" + "\n\n".join(paragraphs(SEED_004)[:12]) + "\n", encoding="utf-8")
-    real_upsert = Index._upsert
+    real_upsert = VectorStore.upsert
     adds = {"n": 0}
 
-    def upsert(store: Any, ids: list[str], vectors: Any, metadatas: list[dict[str, Any]]) -> None:
-        real_upsert(store, ids, vectors, metadatas)
-        if any(i.endswith(":0") for i in ids):  # the chunk collection, not the head vectors
+    def upsert(self: VectorStore, which: Any, ids: list[str], vectors: Any, metadatas: list[dict[str, Any]]) -> None:
+        real_upsert(self, which, ids, vectors, metadatas)
+        if which == "chunks":  # the chunk collection, not the head vectors
             adds["n"] += 1
             if adds["n"] == 2:
                 raise SimulatedKill("killed")
 
-    monkeypatch.setattr(Index, "_upsert", staticmethod(upsert))
+    monkeypatch.setattr(VectorStore, "upsert", upsert)
     index = Index(settings, embedder=embedder)
     with pytest.raises(SimulatedKill):
         index.ingest([corpus], show_progress=False)
@@ -557,13 +558,14 @@ def test_fts_average_length_is_read_from_fts5(seeded: Settings) -> None:
 
 
 def test_papers_of_an_earlier_batch_count_for_duplicates_ids_and_titles(tmp_path: Path, embedder: Any) -> None:
-    """Within one ingest, a record repeating the text, id or title of a paper stored in an earlier
-    batch is handled as if that paper had been there before the ingest."""
+    """Within one ingest, a record repeating the text or title of a paper stored in an earlier
+    batch is handled as if that paper had been there before the ingest (a repeated id with
+    other text is an input error: tests/test_corpus.py)."""
     settings = Settings(home=tmp_path / "home", embed_batch_size=16)  # 8 papers a batch
     texts = paragraphs(SEED_004)[:11]
     rows = [{"id": f"p{i}", "title": f"Paper {i}", "abstract": texts[i]} for i in range(8)]
     rows += [
-        {"id": "p0", "title": "Paper eight", "abstract": texts[8]},  # p0 is in the first batch: a reused id
+        {"id": "p8", "title": "Paper eight", "abstract": texts[8]},
         {"id": "again", "title": "Again", "abstract": texts[2]},  # the same text as p2: a duplicate
         {"id": "p9", "title": "Paper 3", "abstract": texts[9]},  # the title of p3
         {"id": "p10", "title": "Paper 10", "abstract": texts[10]},
@@ -575,7 +577,7 @@ def test_papers_of_an_earlier_batch_count_for_duplicates_ids_and_titles(tmp_path
     assert (report.records, report.added, report.duplicates, report.total) == (12, 11, 1, 11)
     got = {r["id"]: (r["title"], r["hash"]) for r in index.db.execute("SELECT id, title, hash FROM papers")}
     assert got["p0"] == ("Paper 0", content_hash(texts[0]))
-    assert got[f"p0-{content_hash(texts[8])[:8]}"] == ("Paper eight", content_hash(texts[8]))
+    assert got["p8"] == ("Paper eight", content_hash(texts[8]))
     assert "again" not in got
     assert got["p9"][0] == "Paper 3 [p9]" and got["p3"][0] == "Paper 3"
     assert len({t for t, _ in got.values()}) == 11

@@ -1,0 +1,349 @@
+"""The index stage's vector store: two Chroma collections, derived data rebuilt from the registry.
+
+Vectors are derived data: the registry (``rag_papers.index``) holds every chunk's text,
+so whatever happens to the vectors (a store switched to a server, a Chroma folder
+deleted by hand, a store chromadb can no longer read after a full disk) is detected
+here and repaired by re-embedding from the registry (``Index.repair``). This module
+knows nothing about papers beyond their ids: chunk vectors are ``<paper id>:<chunk>``,
+whole-paper (head) vectors ``<paper id>:doc``.
+
+Why the chromadb collections themselves and not llama-index's ``ChromaVectorStore``:
+that wrapper writes every chunk's text as a Chroma document plus its node JSON as
+metadata, and decodes that JSON on every query; ids and distances are all a search
+needs here (docs/ has the measurements).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shutil
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from rag_papers import RagPapersError
+
+if TYPE_CHECKING:
+    from rag_papers.config import Settings
+
+Which = Literal["chunks", "docs"]
+
+_DISK_FULL = re.compile(r"disk is full|no space left|os error 28|ENOSPC|\(code: 13\)", re.IGNORECASE)
+
+
+class VectorStoreError(RagPapersError):
+    """The vector store cannot be opened or read; the message names the store and the fix."""
+
+
+class DiskFullError(RagPapersError):
+    """Not enough free space: the message names the data directory and the space needed."""
+
+
+def free_bytes(path: Path) -> int:
+    """Free bytes on the filesystem holding ``path`` (its nearest existing parent)."""
+    p = path
+    while not p.exists() and p.parent != p:
+        p = p.parent
+    return shutil.disk_usage(p).free
+
+
+def tree_bytes(path: Path) -> int:
+    """Bytes taken by the files under ``path`` (a handful of files for Chroma and tantivy)."""
+    total = 0
+    stack = [path]
+    while stack:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:
+            continue
+        for e in entries:
+            try:
+                if e.is_dir(follow_symlinks=False):
+                    stack.append(Path(e.path))
+                else:
+                    total += e.stat(follow_symlinks=False).st_blocks * 512
+            except OSError:
+                continue
+    return total
+
+
+def mb(n: float) -> str:
+    return f"{n / 1e6:,.1f} MB"
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        return True
+    return bool(_DISK_FULL.search(str(exc)))
+
+
+def disk_full_error(home: Path, what: str) -> DiskFullError:
+    return DiskFullError(
+        f"no space left on the device holding {home} ({mb(free_bytes(home))} free) while {what}: "
+        "free some space (or move the data directory with RAG_PAPERS_HOME) and rerun `rag-papers ingest`; "
+        "papers indexed so far stay searchable"
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__
+
+
+class VectorStore:
+    """The chunk and head-vector collections of one data directory (embedded) or one server."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._client: Any = None
+        self._cols: dict[Which, Any] = {}
+        # Opening is not thread-safe in chromadb (two clients built at once on one path can drop
+        # each other's shared System): the two threads of a search must not both open the store.
+        self._open_lock = threading.RLock()
+
+    # ---- where
+    @property
+    def server(self) -> bool:
+        return bool(self.settings.chroma_url)
+
+    @property
+    def location(self) -> str:
+        """What the user knows this store by: the server URL or the embedded folder."""
+        return str(self.settings.chroma_url) if self.server else str(self.settings.chroma_dir)
+
+    def names(self) -> dict[Which, str]:
+        return {"chunks": self.settings.collection, "docs": f"{self.settings.collection}_doc"}
+
+    # ---- errors
+    @contextmanager
+    def guard(self, what: str) -> Iterator[None]:
+        """Turn chromadb's errors into one-line ones: a full disk, or a store it cannot read."""
+        try:
+            yield
+        except RagPapersError:
+            raise
+        except Exception as exc:  # chromadb raises InternalError, ValueError, httpx errors, OSError ...
+            if is_disk_full(exc):
+                raise disk_full_error(self.settings.home, what) from None
+            fix = (
+                "run `rag-papers repair` to recreate its collections from the registry"
+                if self.server
+                else "run `rag-papers repair` to rebuild it from the registry (the damaged folder is kept aside)"
+            )
+            raise VectorStoreError(f"the vector store at {self.location} failed while {what} ({_first_line(exc)}): {fix}") from None
+
+    # ---- opening
+    def client(self) -> Any:
+        with self._open_lock:
+            if self._client is None:
+                try:
+                    with self.guard("opening it"):
+                        self._client = self._connect()
+                except RagPapersError:
+                    self._forget_system()
+                    raise
+            return self._client
+
+    def _forget_system(self) -> None:
+        """Drop chromadb's cached System for this folder after a failed open.
+
+        chromadb caches one System per persist directory; when opening fails part way
+        (an unreadable chroma.sqlite3) the half-started System stays cached and every
+        later client on that path fails with "'RustBindingsAPI' object has no attribute
+        'bindings'", even after the folder has been set aside and recreated.
+        """
+        if self.server:
+            return
+        try:
+            from chromadb.api.shared_system_client import SharedSystemClient
+
+            key = str(self.settings.chroma_dir)
+            SharedSystemClient._identifier_to_system.pop(key, None)
+            SharedSystemClient._identifier_to_refcount.pop(key, None)
+        except (ImportError, AttributeError):  # another chromadb layout: nothing cached to drop
+            pass
+
+    def _connect(self) -> Any:
+        import chromadb
+        from chromadb.config import Settings as ChromaSettings
+
+        chroma_settings = ChromaSettings(anonymized_telemetry=False)
+        url = self.settings.chroma_url
+        if not url:
+            return chromadb.PersistentClient(path=str(self.settings.chroma_dir), settings=chroma_settings)
+        from urllib.parse import urlparse
+
+        u = urlparse(url if "://" in url else f"http://{url}")
+        if not u.hostname:
+            raise RagPapersError(f"bad --chroma-url {url!r}: expected http://host:port")
+        try:
+            client = chromadb.HttpClient(host=u.hostname, port=u.port or 8000, ssl=u.scheme == "https", settings=chroma_settings)
+            client.heartbeat()
+        except Exception as exc:  # chromadb raises ValueError/ConnectError/JSON errors depending on what answers
+            text = _first_line(exc)
+            if re.search(r"connect|refused|resolve|timed out|unreachable", text, re.IGNORECASE):
+                raise RagPapersError(
+                    f"cannot reach Chroma server at {url}: {text} (start one with: chroma run --path DIR --port PORT)"
+                ) from None
+            if text.lstrip().startswith("<"):
+                text = "it sent an HTML page"
+            raise RagPapersError(
+                f"{url} answered, but not as a Chroma server ({text}): check --chroma-url "
+                "(a Chroma server answers GET /api/v2/heartbeat)"
+            ) from None
+        return client
+
+    def collection(self, which: Which) -> Any:
+        """The collection itself (created on first use), checked to be built with the configured model."""
+        col = self._cols.get(which)
+        if col is not None:
+            return col
+        with self._open_lock:
+            return self._open_collection(which)
+
+    def _open_collection(self, which: Which) -> Any:
+        if which not in self._cols:
+            name = self.names()[which]
+            client = self.client()
+            with self.guard(f"opening collection {name!r}"):
+                try:
+                    col = client.get_collection(name, embedding_function=None)
+                except Exception as exc:  # chromadb raises NotFoundError/ValueError depending on version and mode
+                    if is_disk_full(exc) or "not exist" not in str(exc).lower() and "not found" not in str(exc).lower():
+                        raise
+                    col = None
+                if col is None:
+                    from rag_papers.config import SCHEMA_VERSION
+
+                    col = client.create_collection(
+                        name,
+                        embedding_function=None,
+                        configuration={"hnsw": {"space": "cosine"}},
+                        metadata={"embed_model": self.settings.embed_model, "schema": SCHEMA_VERSION},
+                    )
+            built_with = (col.metadata or {}).get("embed_model")
+            if built_with and built_with != self.settings.embed_model:
+                raise RagPapersError(
+                    f"the index was built with embedding model {built_with!r} but {self.settings.embed_model!r} "
+                    "is configured: re-ingest with `rag-papers ingest --rebuild` or set embed_model back"
+                )
+            self._cols[which] = col
+        return self._cols[which]
+
+    def probe(self) -> None:
+        """Open both collections and run one query on each: where a damaged store first fails.
+
+        chromadb loads a collection's HNSW files on its first query, so an unreadable
+        file (a pickle cut short by a full disk) shows up only then.
+        """
+        for which in ("chunks", "docs"):
+            col = self.collection(which)  # type: ignore[arg-type]
+            with self.guard(f"reading collection {self.names()[which]!r}"):  # type: ignore[index]
+                dim = self._dim(col)
+                if col.count() and dim:
+                    col.query(query_embeddings=[[1.0] + [0.0] * (dim - 1)], n_results=1, include=["distances"])
+
+    @staticmethod
+    def _dim(col: Any) -> int:
+        """The collection's vector size, as chromadb recorded it at the first write."""
+        model = getattr(col, "_model", None)
+        return int(getattr(model, "dimension", None) or 0)
+
+    # ---- reading
+    def count(self, which: Which) -> int:
+        with self.guard("counting vectors"):
+            return int(self.collection(which).count())
+
+    def nearest(self, which: Which, query_vec: Sequence[float], n: int, where: dict[str, Any] | None) -> list[tuple[str, float]]:
+        """(vector id, cosine) of the ``n`` nearest vectors: ids and distances only.
+
+        Why not ``ChromaVectorStore.query``: it fetches every hit's metadata (the node
+        JSON llama-index writes) and rebuilds a node from it, most of a query's time at
+        1k papers; our ids already say which paper and chunk a vector is.
+        """
+        col = self.collection(which)
+        with self.guard("searching"):
+            res = col.query(query_embeddings=[list(query_vec)], n_results=n, where=where or None, include=["distances"])
+        return [(vid, 1.0 - float(dist)) for vid, dist in zip(res["ids"][0], res["distances"][0])]
+
+    def existing(self, which: Which, ids: Sequence[str]) -> set[str]:
+        """Which of these vector ids the store holds."""
+        if not ids:
+            return set()
+        col = self.collection(which)
+        with self.guard("reading vector ids"):
+            return set(col.get(ids=list(ids), include=[])["ids"])
+
+    def documents(self, ids: Sequence[str]) -> dict[str, str]:
+        """Chunk texts kept as Chroma documents (indexes written before the registry kept them)."""
+        col = self.collection("chunks")
+        with self.guard("reading chunk texts"):
+            got = col.get(ids=list(ids), include=["documents"])
+        return {vid: text for vid, text in zip(got["ids"], got["documents"] or []) if text is not None}
+
+    # ---- writing
+    def upsert(self, which: Which, ids: list[str], vectors: Any, metadatas: list[dict[str, Any]]) -> None:
+        """Write vectors; upsert, so a rerun after a kill overwrites whatever half-written ones it finds."""
+        col = self.collection(which)
+        with self.guard("writing vectors"):
+            col.upsert(ids=ids, embeddings=vectors, metadatas=metadatas)
+
+    def delete_papers(self, paper_ids: Sequence[str]) -> None:
+        for start in range(0, len(paper_ids), 200):
+            part = list(paper_ids[start : start + 200])
+            for which in ("chunks", "docs"):
+                col = self.collection(which)  # type: ignore[arg-type]
+                with self.guard("deleting vectors"):
+                    col.delete(where={"document_id": {"$in": part}})
+
+    def drop(self) -> None:
+        """Delete both collections (``ingest --rebuild``, or a server collection that cannot be read)."""
+        client = self.client()
+        for name in self.names().values():
+            try:
+                client.delete_collection(name)
+            except Exception as exc:  # not there: nothing to drop
+                if is_disk_full(exc):
+                    raise disk_full_error(self.settings.home, "dropping the vector store") from None
+        self._cols.clear()
+
+    def close(self) -> None:
+        """Release the client (the embedded store's files and in-memory indexes)."""
+        with self._open_lock:
+            self._cols.clear()
+            client, self._client = self._client, None
+            if client is not None:
+                try:
+                    client.close()
+                except Exception:  # an old chromadb without close(), or a server already gone
+                    pass
+
+    def reopen(self) -> None:
+        """Drop what this process holds in memory, so the next read sees other processes' writes.
+
+        An embedded Chroma keeps each collection's HNSW index in memory: vectors another
+        process adds are counted but not found until the client is opened afresh.
+        """
+        self.close()
+
+    def move_aside(self) -> str:
+        """Set an unreadable store aside so a fresh one can be built; returns what was done, for the user.
+
+        Embedded: the folder is renamed (``chroma.damaged-<time>``), never deleted, in case
+        the user wants it. Server: its collections are deleted (the server's files are not ours).
+        """
+        if self.server:
+            self.client()
+            self.drop()
+            return f"deleted the unreadable collections on {self.location}"
+        self.close()
+        src = self.settings.chroma_dir
+        dest = src.with_name(f"{src.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+        if src.exists():
+            os.replace(src, dest)
+        return f"moved the unreadable vector store aside to {dest}"

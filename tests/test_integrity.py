@@ -1,0 +1,303 @@
+"""Nothing lost, no silent corruption: a full disk, a switched or deleted vector store, a damaged
+store or registry, a kill during the one-time ONNX export, an ingest beside a running reader.
+
+Each test drives the real console script (or the real ``Index``) over real files: a tmpfs that
+really fills up, a real `chroma run` server, real SQLite and Chroma files damaged the way a
+full disk or a bad copy damages them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import SEEDS, VENV_BIN, run_cli
+
+from rag_papers.config import Settings
+from rag_papers.corpus import content_hash
+from rag_papers.index import Index
+
+ABBA_QUERY = "What does ABBA claim?"
+
+
+def abba_id() -> str:
+    text = (SEEDS / "004_5aae81baa8261116.txt").read_text(encoding="utf-8")
+    (para,) = [" ".join(p.split()) for p in text.split("\n\n") if "We introduce ABBA" in p]
+    return content_hash(para)
+
+
+def one_error_line(res: subprocess.CompletedProcess[str]) -> str:
+    """The run failed with exactly one ``rag-papers: error:`` line and no traceback."""
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
+    assert "Traceback" not in res.stderr, res.stderr
+    assert len(lines) == 1 and lines[0].startswith("rag-papers: error: "), res.stderr
+    return lines[0]
+
+
+def search_json(env: dict[str, str], *extra: str, query: str = ABBA_QUERY) -> dict[str, Any]:
+    res = run_cli("search", "--json", query, *extra, env=env)
+    assert res.returncode == 0, res.stderr
+    return dict(json.loads(res.stdout))
+
+
+def synth(path: Path, n: int, seed: int = 7) -> Path:
+    res = subprocess.run([str(VENV_BIN / "rag-papers"), "synth", str(n), str(path), "--no-seeds", "--seed", str(seed)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    return path
+
+
+# ------------------------------------------------------------------ disk full
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A 12 MB tmpfs (root can mount one, here and in CI); the test may remount it larger."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({res.stderr.strip()}): needs root")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def remount(mnt: Path, size: str) -> None:
+    subprocess.run(["mount", "-o", f"remount,size={size}", str(mnt)], check=True)
+
+
+@pytest.mark.slow
+def test_a_full_disk_stops_ingest_cleanly_and_a_rerun_completes(tmpfs: Path, tmp_path: Path) -> None:
+    """Reported: chromadb's raw InternalError, then "Error deserializing pickle file" for good."""
+    home = tmpfs / "home"
+    # 4 MB kept free instead of the default 16, so that a small disk (and a short test) shows it.
+    env = {"RAG_PAPERS_HOME": str(home), "RAG_PAPERS_MIN_FREE_MB": "4"}
+    assert run_cli("ingest", "--no-progress", env=env).returncode == 0  # the seeds fit
+    corpus = synth(tmp_path / "big.jsonl", 600)  # 600 abstracts (about 12 MB indexed) do not fit in what is left
+
+    res = run_cli("ingest", "--no-progress", str(corpus), env=env)
+    line = one_error_line(res)
+    assert f"not enough free space in {home}" in line and " MB" in line and "rerun `rag-papers ingest`" in line
+    assert shutil.disk_usage(tmpfs).free > 4_000_000  # stopped before the disk filled, not by it
+    stopped_at = json.loads(run_cli("info", "--json", env=env).stdout)["papers"]
+    assert 38 <= stopped_at < 638
+    hit = search_json(env)  # the index as it was is searchable, dense side included
+    assert hit["results"][0]["id"] == abba_id() and hit["results"][0]["dense_score"] > 0.15
+
+    remount(tmpfs, "300m")  # space freed
+    done = run_cli("ingest", "--no-progress", str(corpus), env=env)
+    assert done.returncode == 0, done.stderr
+    assert f"{638 - stopped_at} added" in done.stdout and "638 papers indexed" in done.stdout
+    assert search_json(env)["results"][0]["id"] == abba_id()
+    synthetic = json.loads(corpus.read_text(encoding="utf-8").splitlines()[-1])
+    found = search_json(env, query=synthetic["title"])["results"][0]
+    assert found["id"] == synthetic["id"] and found["dense_score"] > 0.15
+
+
+@pytest.mark.slow
+def test_a_write_that_hits_a_full_disk_anyway_is_one_line_and_the_next_ingest_repairs(
+    tmpfs: Path, tmp_path: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another program fills the disk after our check: the write fails for real, in one line; after
+    space is freed, the next ingest repairs whatever the store lost and completes."""
+    from rag_papers import index as index_module
+    from rag_papers.vectors import DiskFullError
+
+    home = tmpfs / "home"
+    settings = Settings(home=home, min_free_mb=4)
+    index = Index(settings, embedder=embedder)  # type: ignore[arg-type]
+    index.ingest([SEEDS], show_progress=False)
+    corpus = synth(tmp_path / "big.jsonl", 400)
+    balloon = tmpfs / "balloon"  # the other program: it leaves 2 MB free
+    with balloon.open("wb") as fh:
+        fh.truncate(0)
+        fh.write(b"\0" * (shutil.disk_usage(tmpfs).free - 2_000_000))
+    monkeypatch.setattr(index_module, "free_bytes", lambda _p: 10**12)  # our check sees plenty: the disk says otherwise
+    with pytest.raises(DiskFullError) as err:
+        index.ingest([corpus], show_progress=False)
+    assert str(home) in str(err.value) and "\n" not in str(err.value)
+    monkeypatch.undo()
+    index.close()
+
+    balloon.unlink()  # space freed, and more of it for the 400 abstracts
+    remount(tmpfs, "300m")
+    env = {"RAG_PAPERS_HOME": str(home)}
+    done = run_cli("ingest", "--no-progress", str(corpus), env=env)
+    assert done.returncode == 0, done.stderr
+    assert "438 papers indexed" in done.stdout
+    hit = search_json(env)
+    assert hit["results"][0]["id"] == abba_id() and hit["results"][0]["dense_score"] > 0.15
+    fresh = Index(settings, embedder=embedder)  # type: ignore[arg-type]
+    assert fresh.vector_gaps(sample=500) is None  # every registered paper has its vectors
+    fresh.close()
+
+
+# ------------------------------------------------------------------ the registry is the source of truth
+def damage_chroma_sqlite(home: Path) -> None:
+    with (home / "chroma" / "chroma.sqlite3").open("r+b") as fh:
+        fh.write(os.urandom(4096))
+
+
+def cut_hnsw_pickles(home: Path) -> int:
+    """Truncate the HNSW metadata as a full disk does mid-write ("Error deserializing pickle file")."""
+    pickles = list((home / "chroma").glob("*/index_metadata.pickle"))
+    for p in pickles:
+        os.truncate(p, p.stat().st_size // 2)
+    return len(pickles)
+
+
+@pytest.mark.parametrize("damage", ["chroma.sqlite3", pytest.param("hnsw pickle", marks=pytest.mark.slow)])
+def test_repair_rebuilds_an_unreadable_vector_store_from_the_registry_alone(
+    damage: str, seeded: Settings, tmp_path: Path
+) -> None:
+    env = {"RAG_PAPERS_HOME": str(seeded.home)}
+    if damage == "hnsw pickle":  # enough vectors (1,000) for chromadb to persist its HNSW files
+        corpus = synth(tmp_path / "more.jsonl", 500)
+        assert run_cli("ingest", "--no-progress", str(corpus), env=env).returncode == 0
+        assert cut_hnsw_pickles(seeded.home) >= 1
+    else:
+        damage_chroma_sqlite(seeded.home)
+    n = json.loads(run_cli("info", "--json", env=env).stdout)["papers"]
+
+    line = one_error_line(run_cli("search", ABBA_QUERY, env=env))
+    assert str(seeded.home / "chroma") in line and "run `rag-papers repair`" in line
+
+    # Without the corpus files: repair reads the registry only.
+    shutil.copytree(seeded.home, tmp_path / "copy")
+    env = {"RAG_PAPERS_HOME": str(tmp_path / "copy")}
+    res = run_cli("repair", "--no-progress", env=env)
+    assert res.returncode == 0, res.stderr
+    assert f"{n:,} re-embedded" in res.stdout and "moved the unreadable vector store aside" in res.stderr
+    assert len(list((tmp_path / "copy").glob("chroma.damaged-*"))) == 1  # kept, never deleted
+    hit = search_json(env)
+    assert hit["results"][0]["id"] == abba_id() and hit["results"][0]["dense_score"] > 0.15
+    again = run_cli("repair", "--no-progress", "--json", env=env)
+    assert json.loads(again.stdout)["reembedded"] == 0  # nothing left to do
+
+
+def test_a_deleted_chroma_folder_is_reported_and_the_next_ingest_reembeds_it(seeded: Settings) -> None:
+    env = {"RAG_PAPERS_HOME": str(seeded.home)}
+    shutil.rmtree(seeded.home / "chroma")
+    line = one_error_line(run_cli("search", ABBA_QUERY, env=env))
+    assert "does not match the registry" in line and "0 papers" in line and "run `rag-papers repair`" in line
+    res = run_cli("ingest", "--no-progress", env=env)
+    assert res.returncode == 0, res.stderr
+    assert "0 added, 38 unchanged" in res.stdout
+    assert "re-embedded 38 papers" in res.stderr
+    hit = search_json(env)
+    assert hit["results"][0]["id"] == abba_id() and hit["results"][0]["dense_score"] > 0.15
+
+
+@pytest.mark.slow
+def test_switching_to_a_chroma_server_reconciles_the_registry_into_it(seeded: Settings, chroma_server: str) -> None:
+    """Reported: "0 added, 38 unchanged", an empty server, and every dense score 0.0."""
+    embedded = {"RAG_PAPERS_HOME": str(seeded.home)}
+    env = {**embedded, "RAG_PAPERS_COLLECTION": f"switch{uuid.uuid4().hex[:8]}"}  # a fresh collection on the shared server
+    line = one_error_line(run_cli("search", ABBA_QUERY, "--chroma-url", chroma_server, env=env))
+    assert chroma_server in line and "does not match the registry" in line and "rag-papers repair" in line
+
+    res = run_cli("ingest", "--no-progress", "--chroma-url", chroma_server, env=env)
+    assert res.returncode == 0, res.stderr
+    assert "0 added, 38 unchanged" in res.stdout and f"re-embedded 38 papers (67 chunks) from the registry into the vector store at {chroma_server}" in res.stderr
+    server_hit = search_json(env, "--chroma-url", chroma_server)
+    embedded_hit = search_json(embedded)
+    assert server_hit["results"][0]["id"] == abba_id()
+    assert all(r["dense_score"] > 0 for r in server_hit["results"])
+    assert [r["id"] for r in server_hit["results"]] == [r["id"] for r in embedded_hit["results"]]
+    again = run_cli("ingest", "--no-progress", "--chroma-url", chroma_server, env=env)
+    assert "re-embedded" not in again.stderr  # in step now: nothing to do
+
+
+# ------------------------------------------------------------------ a damaged registry
+def garbage_over_header(db: Path) -> None:
+    with db.open("r+b") as fh:
+        fh.write(os.urandom(512))
+
+
+def cut_in_half(db: Path) -> None:
+    os.truncate(db, db.stat().st_size // 2)
+
+
+@pytest.mark.parametrize("damage", [garbage_over_header, cut_in_half], ids=["garbage", "cut"])
+def test_a_damaged_registry_is_one_line_naming_it_and_ingest_rebuild_recovers(damage: Any, seeded: Settings) -> None:
+    """Reported: sqlite3.DatabaseError tracebacks from search, papers, info and ingest."""
+    env = {"RAG_PAPERS_HOME": str(seeded.home)}
+    db = seeded.home / "papers.sqlite"
+    con = __import__("sqlite3").connect(db)
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # everything in the main file, as after a clean exit
+    con.close()
+    damage(db)
+    for args in (["search", ABBA_QUERY], ["papers"], ["info"], ["ingest", "--no-progress"], ["ask", ABBA_QUERY]):
+        line = one_error_line(run_cli(*args, env=env))
+        assert str(db) in line and "ingest --rebuild" in line, (args, line)
+    res = run_cli("ingest", "--no-progress", "--rebuild", env=env)
+    assert res.returncode == 0, res.stderr
+    assert "moved it aside" in res.stderr and "38 added" in res.stdout
+    assert len(list(seeded.home.glob("papers.sqlite.damaged-*"))) == 1
+    assert search_json(env)["results"][0]["id"] == abba_id()
+
+
+# ------------------------------------------------------------------ ONNX export
+@pytest.mark.slow
+def test_a_killed_onnx_export_leaves_no_half_written_folders(seeded: Settings, tmp_path: Path) -> None:
+    cache = tmp_path / "fresh_cache"
+    env = {"RAG_PAPERS_HOME": str(seeded.home), "RAG_PAPERS_MODEL_CACHE": str(cache)}
+
+    def exporting() -> subprocess.Popen[str]:
+        proc = subprocess.Popen([str(VENV_BIN / "rag-papers"), "search", ABBA_QUERY], env={**os.environ, **env},
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while not list(cache.rglob(".export-*")):
+            assert proc.poll() is None and time.monotonic() < deadline, "the export never started"
+            time.sleep(0.05)
+        time.sleep(0.5)
+        return proc
+
+    proc = exporting()
+    proc.send_signal(signal.SIGTERM)  # a polite kill: the export cleans up on its way out
+    proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert not list(cache.rglob(".export-*"))
+
+    proc = exporting()
+    proc.kill()  # SIGKILL: nothing can run; the next export clears what it left
+    proc.communicate(timeout=60)
+    assert list(cache.rglob(".export-*"))
+    res = run_cli("search", ABBA_QUERY, env=env)
+    assert res.returncode == 0, res.stderr
+    assert not list(cache.rglob(".export-*"))
+    assert list(cache.rglob("*.onnx"))
+
+
+# ------------------------------------------------------------------ another process's writes
+def test_a_running_reader_sees_papers_another_process_ingests(seeded: Settings, embedder: Any, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reported: a UI running while `ingest` adds papers kept the old count (and its vector store
+    never saw the new vectors) until restarted."""
+    from rag_papers import index as index_module
+    from rag_papers.chat import Engine
+
+    monkeypatch.setattr(index_module, "WATCH_SECONDS", 0.2, raising=False)
+    engine = Engine(seeded, Index(seeded, embedder=embedder))  # type: ignore[arg-type]
+    corpus = synth(tmp_path / "new.jsonl", 40)
+    newest = json.loads(corpus.read_text(encoding="utf-8").splitlines()[-1])
+    first = engine.search(newest["title"], 5)
+    assert first.results[0].id != newest["id"]
+
+    res = run_cli("ingest", "--no-progress", str(corpus), env={"RAG_PAPERS_HOME": str(seeded.home)})
+    assert res.returncode == 0, res.stderr
+    time.sleep(0.3)
+    after = engine.search(newest["title"], 5)
+    top = after.results[0]
+    assert top.id == newest["id"] and top.dense_score > 0.15  # found, by its vectors too
+    engine.index.close()
