@@ -241,6 +241,20 @@ class AnswerStream:
         self.backend_note = backend_note
         self.answer: Answer | None = None
         self.on_done: Callable[[Answer | None], None] | None = None
+        self._writing = False
+
+    @property
+    def phase(self) -> str:
+        """What the answer waits for, for a UI to say: "waiting" (the model is busy with another
+        answer), "loading" (the model), "reading" (the abstracts: before the first token), "writing"."""
+        reported = str(getattr(self.backend, "phase", "") or "")
+        return reported or ("writing" if self._writing else "reading")
+
+    def cancel(self) -> None:
+        """Stop generating (the UI's Stop): backends that can (llama.cpp) end at their next token."""
+        cancel = getattr(self.backend, "cancel", None)
+        if callable(cancel):
+            cancel()
 
     def __iter__(self) -> Iterator[str]:
         try:
@@ -282,10 +296,14 @@ class AnswerStream:
         parts: list[str] = []
         first: float | None = None
         for chunk in chunks:
+            if not chunk:
+                yield ""  # a backend's keepalive while it waits or reads: lets the caller show why
+                continue
             out = filt.feed(chunk)
             if out:
                 if first is None:
                     first = time.perf_counter()
+                    self._writing = True
                 parts.append(out)
                 yield out
         rest = filt.flush()

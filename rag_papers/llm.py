@@ -10,13 +10,18 @@ Tests register a fake in ``tests/conftest.py`` with ``register_backend``.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import math
-from collections.abc import Callable, Iterator
+import queue
+import threading
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from rag_papers import RagPapersError
 from rag_papers.config import Settings
+
+log = logging.getLogger(__name__)
 
 Message = dict[str, str]  # {"role": "system"|"user"|"assistant", "content": ...}
 
@@ -26,6 +31,9 @@ class LLMError(RagPapersError):
 
 
 class Backend(Protocol):
+    """What answering needs of an LLM. ``stream`` may yield "" while it waits (a keepalive);
+    a backend may also offer ``phase`` (what it waits for) and ``cancel()`` (stop at once)."""
+
     name: str
     model: str
     context_window: int
@@ -149,6 +157,13 @@ def chatml(messages: list[Message]) -> str:
 
 
 GGUF_MAGIC = b"GGUF"  # the first four bytes of every GGUF file
+# One llama.cpp generation at a time in this process, whatever the model: a llama.cpp context
+# used by two threads at once crashes the process (segfault in libggml-cpu, seen with two browser
+# sessions asking at once), and on a CPU a second generation beside the first only slows both.
+_LLAMA_GATE = threading.Lock()
+_LLAMA_LOAD = threading.Lock()
+KEEPALIVE_SECONDS = 0.2  # while nothing comes, stream() yields "" this often (progress, Stop)
+_DONE = object()
 
 
 class LlamaCppBackend:
@@ -163,6 +178,14 @@ class LlamaCppBackend:
         self.model = self.path.name if self.path else "(none)"
         self.context_window = 4096
         self.temperature = settings.temperature
+        # What a running stream() is doing, for a UI to say: "waiting" (another generation holds
+        # the model), "loading", "reading" (the prompt, before the first token), "writing".
+        self.phase = ""
+        self._cancel = threading.Event()
+
+    def cancel(self) -> None:
+        """Stop this backend's generation at its next token (the UI's Stop button)."""
+        self._cancel.set()
 
     def available(self) -> tuple[bool, str]:
         if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llama_index.llms.llama_cpp") is None:
@@ -187,39 +210,93 @@ class LlamaCppBackend:
         from llama_index.llms.llama_cpp import LlamaCPP
 
         key = (str(self.path), max_tokens)
-        if key not in self._cache:
-            try:
-                self._cache[key] = LlamaCPP(
-                    model_path=str(self.path),
-                    temperature=max(self.temperature, 0.01),
-                    max_new_tokens=max_tokens,
-                    context_window=self.context_window,
-                    generate_kwargs={"stop": ["<|im_end|>"]},
-                    model_kwargs={"n_threads": 2},
-                    messages_to_prompt=lambda msgs: chatml([{"role": str(m.role.value), "content": m.content or ""} for m in msgs]),
-                    completion_to_prompt=lambda c: chatml([{"role": "user", "content": c}]),
-                    verbose=False,
-                )
-            except (ValueError, RuntimeError, OSError, MemoryError) as exc:
-                # A truncated or foreign GGUF (llama_cpp raises ValueError "Failed to load model from
-                # file"), an unsupported architecture, not enough memory: one message naming the file.
-                raise LLMError(f"llama.cpp cannot load the GGUF model {self.path}: {_short(exc)}") from None
-        return self._cache[key]
+        with _LLAMA_LOAD:
+            if key not in self._cache:
+                try:
+                    self._cache[key] = LlamaCPP(
+                        model_path=str(self.path),
+                        temperature=max(self.temperature, 0.01),
+                        max_new_tokens=max_tokens,
+                        context_window=self.context_window,
+                        generate_kwargs={"stop": ["<|im_end|>"]},
+                        model_kwargs={"n_threads": 2},
+                        messages_to_prompt=lambda msgs: chatml([{"role": str(m.role.value), "content": m.content or ""} for m in msgs]),
+                        completion_to_prompt=lambda c: chatml([{"role": "user", "content": c}]),
+                        verbose=False,
+                    )
+                except (ValueError, RuntimeError, OSError, MemoryError) as exc:
+                    # A truncated or foreign GGUF (llama_cpp raises ValueError "Failed to load model from
+                    # file"), an unsupported architecture, not enough memory: one message naming the file.
+                    raise LLMError(f"llama.cpp cannot load the GGUF model {self.path}: {_short(exc)}") from None
+            return self._cache[key]
 
-    def stream(self, messages: list[Message], max_tokens: int) -> Iterator[str]:
-        from llama_index.core.llms import ChatMessage
+    def stream(self, messages: list[Message], max_tokens: int) -> Generator[str, None, None]:
+        """Tokens as llama.cpp writes them, and "" every ``KEEPALIVE_SECONDS`` while none comes.
 
+        The generation runs in its own thread, which holds the process-wide gate (one
+        llama.cpp generation at a time) and stops at its next token once ``cancel()`` is
+        called or this generator is closed, so a Stop, a closed tab or an abandoned request
+        frees the model for the next question instead of holding it.
+        """
         ok, why = self.available()
         if not ok:
             raise LLMError(why)
-        llm = self._llm(max_tokens)
-        chat = [ChatMessage(role=m["role"], content=m["content"]) for m in messages]
+        out: queue.Queue[object] = queue.Queue()
+        worker = threading.Thread(target=self._generate, args=(messages, max_tokens, out),
+                                  name="rag-papers-llamacpp", daemon=True)
+        worker.start()
         try:
-            for part in llm.stream_chat(chat):  # type: ignore[attr-defined]
-                if part.delta:
-                    yield part.delta
+            while True:
+                try:
+                    item = out.get(timeout=KEEPALIVE_SECONDS)
+                except queue.Empty:
+                    yield ""
+                    continue
+                if item is _DONE:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield str(item)
+        finally:
+            self._cancel.set()  # done, or the caller stopped reading: either way the generation ends
+
+    def _generate(self, messages: list[Message], max_tokens: int, out: queue.Queue[object]) -> None:
+        """The generation thread: wait for the gate, load, feed tokens to ``out`` until done or cancelled."""
+        from llama_index.core.llms import ChatMessage
+
+        try:
+            self.phase = "waiting"
+            while not _LLAMA_GATE.acquire(timeout=KEEPALIVE_SECONDS):
+                if self._cancel.is_set():
+                    return
+            try:
+                if self._cancel.is_set():
+                    return
+                self.phase = "loading"
+                llm: Any = self._llm(max_tokens)
+                self.phase = "reading"
+                parts = llm.stream_chat([ChatMessage(role=m["role"], content=m["content"]) for m in messages])
+                try:
+                    for part in parts:
+                        if self._cancel.is_set():
+                            break
+                        self.phase = "writing"
+                        if part.delta:
+                            out.put(part.delta)
+                finally:
+                    parts.close()  # ends llama.cpp's own generator now, not when it is collected
+            finally:
+                _LLAMA_GATE.release()
+        except LLMError as exc:
+            out.put(exc)
         except (ValueError, RuntimeError) as exc:  # e.g. the prompt does not fit the model's context
-            raise LLMError(f"llama.cpp failed with {self.path.name if self.path else 'the model'}: {_short(exc)}") from None
+            out.put(LLMError(f"llama.cpp failed with {self.path.name if self.path else 'the model'}: {_short(exc)}"))
+        except Exception as exc:  # a bug: handed to the reader, never lost in this thread
+            log.exception("llama.cpp generation failed")
+            out.put(exc)
+        finally:
+            self.phase = ""
+            out.put(_DONE)
 
 
 register_backend("ollama", OllamaBackend)

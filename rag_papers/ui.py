@@ -62,6 +62,13 @@ ANY = "Any"
 BUSY_SECONDS = 600.0  # a pending exchange older than this no longer blocks new questions
 STREAM_INTERVAL = 0.03  # seconds between UI updates while streaming (tokens are batched)
 _CITE_RE = re.compile(r"\[(\d+)\]")
+# What an answer waits for, in words (``AnswerStream.phase``): never "searching" while the model works.
+PHASE_WORDS = {
+    "waiting": "Waiting for the model: it is writing another answer…",
+    "loading": "Loading the model…",
+    "reading": "The model is reading the abstracts…",
+    "writing": "Writing the answer…",
+}
 
 # ---------------------------------------------------------------------------- state
 
@@ -100,6 +107,8 @@ class Exchange:
     done: bool = False
     claimed: bool = False  # a worker step has taken it (guards against a double run)
     started: float = field(default_factory=time.monotonic)
+    phase: str = ""  # what the answer waits for (``AnswerStream.phase``), shown until text arrives
+    stream: Any = field(default=None, repr=False, compare=False)  # the running AnswerStream, for Stop
 
 
 @dataclass
@@ -246,8 +255,14 @@ def render_exchange(index: int, ex: Exchange, show_rewrite: bool) -> str:
         tail = "" if ex.done else ' <span class="rp-caret">▍</span>'
         parts.append(answer_html(ex.text, index, ex.items, lead, tail))
     elif not ex.done:
-        what = "Searching the abstracts…" if ex.mode == "search" or not ex.items else "Writing the answer…"
-        parts.append(f'<span class="rp-thinking">{what}</span>')
+        if ex.mode == "search" or not ex.items:
+            what = "Searching the abstracts…"
+        else:
+            what = PHASE_WORDS.get(ex.phase, PHASE_WORDS["reading"])
+            waited = time.monotonic() - ex.started
+            if waited >= 2:
+                what += f" {waited:.0f} s"
+        parts.append(f'<span class="rp-thinking">{inert(what)}</span>')
     if ex.stopped:
         parts.append('<div class="rp-notice">Stopped before the answer was complete.</div>')
     if ex.error:
@@ -589,6 +604,27 @@ class ChatApp:
         self._claim_lock = threading.Lock()
 
     # ------------------------------------------------------------------ helpers
+    @staticmethod
+    def brand_html(n_papers: int) -> str:
+        return (
+            f'<div class="rp-brand"><div class="rp-logo">{BOOK_SVG}</div><div><h1>rag-papers</h1><div class="rp-sub">'
+            f"Ask questions about {n_papers:,} research-paper abstracts. Every answer cites the papers it comes "
+            "from.</div></div></div>"
+        )
+
+    def index_line(self, n_papers: int) -> str:
+        s = self.settings
+        return (
+            f"<small>Index: {n_papers:,} papers · embedding model <code>{inert(s.embed_model)}</code> · "
+            f"{s.retrieval} retrieval · rag-papers {__version__}</small>"
+        )
+
+    def index_info(self) -> tuple[str, str]:
+        """Header and settings line with the index's current size (another process may have ingested)."""
+        n = self.engine.index.count()
+        self.n_papers = n
+        return self.brand_html(n), self.index_line(n)
+
     def _extra_models(self, name: str) -> dict[str, str]:
         """A plugin backend's --model from the command line, allowed beside its default."""
         plugin = name == self.llm and name not in ("auto", "ollama", "llamacpp", "extractive")
@@ -798,12 +834,16 @@ class ChatApp:
             limit = self.settings.context_papers
             ex.items = self._items_from_result(stream.result, limit) if stream.result.relevant else []
             state.view = (index, 1) if ex.items else state.view
+            ex.stream = stream
+            ex.phase = stream.phase
             yield self._outputs(state)
             last = 0.0
             for chunk in stream:
                 ex.text += chunk
                 now = time.perf_counter()
-                if now - last >= STREAM_INTERVAL:
+                phase, ex.phase = ex.phase, stream.phase
+                # Text as it streams; while none comes (keepalives), a change of phase or the clock.
+                if now - last >= (STREAM_INTERVAL if chunk else 1.0) or phase != ex.phase:
                     last = now
                     yield self._outputs(state, panel=False)
             answer = stream.answer
@@ -859,6 +899,8 @@ class ChatApp:
             return self._skip()
         if state.exchanges and not state.exchanges[-1].done:
             ex = state.exchanges[-1]
+            if ex.stream is not None:
+                ex.stream.cancel()  # at once: gradio closes the event's generator only after its current step
             ex.done = True
             ex.stopped = True
             self._forget_failed_turn(state)
@@ -982,12 +1024,7 @@ class ChatApp:
             state = gr.State(None)
             pending = gr.State(None)
             with gr.Row(elem_id="rp-header"):
-                gr.HTML(
-                    f'<div class="rp-brand"><div class="rp-logo">{BOOK_SVG}</div><div><h1>rag-papers</h1><div class="rp-sub">Ask questions about '
-                    f"{self.n_papers:,} research-paper abstracts. Every answer cites the papers it comes from.</div></div></div>",
-                    padding=False,
-                    scale=3,
-                )
+                brand = gr.HTML(self.brand_html(self.n_papers), padding=False, scale=3, elem_id="rp-brand")
                 status = gr.HTML(
                     _status_html("checking the LLM…", "warn"), elem_id="rp-status-wrap", padding=False, scale=2
                 )
@@ -1100,10 +1137,7 @@ class ChatApp:
                             placeholder="only papers containing these words",
                             elem_id="rp-keyword",
                         )
-                        gr.Markdown(
-                            f"<small>Index: {self.n_papers:,} papers · embedding model `{s.embed_model}` · "
-                            f"{s.retrieval} retrieval · rag-papers {__version__}</small>"
-                        )
+                        index_line = gr.Markdown(self.index_line(self.n_papers), elem_id="rp-index-line")
 
             # Hidden components backing the /ask API endpoint: backend and model are checked by
             # ``resolve`` (an error as data), not by a Dropdown's choices (an exception).
@@ -1185,6 +1219,8 @@ class ChatApp:
                 "show_progress": "hidden",
             }
             demo.load(self.refresh_models, [backend, model], [model, status], **status_args)
+            # The index may have grown since the app started (an `ingest` beside it): say what it holds now.
+            demo.load(self.index_info, None, [brand, index_line], queue=False, api_visibility="private")
             backend.change(self.on_backend, [backend], [model, status], **status_args)
             model.input(self.status, [backend, model], status, **status_args)
             refresh.click(self.refresh_models, [backend, model], [model, status], **status_args)
@@ -1307,6 +1343,7 @@ def launch(
     auth = resolve_auth(settings)
     if llm is not None and llm not in backend_names():
         raise RagPapersError(f"unknown LLM backend {llm!r}; choose from {', '.join(backend_names())}")
+    log_path = log_to_file(settings)
     index = Index(settings)
     if index.count() == 0:
         print(f"The index at {settings.home} is empty: ingesting {settings.seeds_dir} first…", flush=True)
@@ -1326,4 +1363,36 @@ def launch(
             flush=True,
         )
     print(f"rag-papers chat on {where}{' (sign-in required)' if auth else ''}; Ctrl+C to stop", flush=True)
+    print(f"log: {log_path}", flush=True)
     serve(app, settings, block=True, quiet=True, insecure_no_auth=insecure_no_auth)
+
+
+def log_to_file(settings: Settings) -> Path:
+    """Errors of a long-running server go to ``HOME/logs/chat.log`` as well as stderr, fatal ones included.
+
+    ``faulthandler`` writes the Python stack of every thread to the same file if the process
+    dies on a signal (a segfault in a native library), so a crash that takes the server down
+    leaves a trace where the user will look, not only in a terminal that may be gone.
+    """
+    import faulthandler
+    from logging.handlers import RotatingFileHandler
+
+    folder = settings.home / "logs"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "chat.log"
+    handler = RotatingFileHandler(path, maxBytes=5_000_000, backupCount=3, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setLevel(logging.WARNING)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    if root.level > logging.WARNING or root.level == logging.NOTSET:
+        root.setLevel(logging.WARNING)
+    global _FAULT_LOG
+    _FAULT_LOG = path.open("a", encoding="utf-8")  # kept open: faulthandler writes to it at crash time
+    faulthandler.enable(file=_FAULT_LOG, all_threads=True)
+    _FAULT_LOG.write(f"{datetime.now():%Y-%m-%d %H:%M:%S} rag-papers {__version__} chat started (pid {os.getpid()})\n")
+    _FAULT_LOG.flush()
+    return path
+
+
+_FAULT_LOG: Any = None

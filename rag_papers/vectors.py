@@ -135,7 +135,9 @@ class VectorStore:
                 if self.server
                 else "run `rag-papers repair` to rebuild it from the registry (the damaged folder is kept aside)"
             )
-            raise VectorStoreError(f"the vector store at {self.location} failed while {what} ({_first_line(exc)}): {fix}") from None
+            raise VectorStoreError(
+                f"the vector store at {self.location} failed while {what} ({_first_line(exc)}): {fix}"
+            ) from None
 
     # ---- opening
     def client(self) -> Any:
@@ -182,7 +184,9 @@ class VectorStore:
         if not u.hostname:
             raise RagPapersError(f"bad --chroma-url {url!r}: expected http://host:port")
         try:
-            client = chromadb.HttpClient(host=u.hostname, port=u.port or 8000, ssl=u.scheme == "https", settings=chroma_settings)
+            client = chromadb.HttpClient(
+                host=u.hostname, port=u.port or 8000, ssl=u.scheme == "https", settings=chroma_settings
+            )
             client.heartbeat()
         except Exception as exc:  # chromadb raises ValueError/ConnectError/JSON errors depending on what answers
             text = _first_line(exc)
@@ -259,7 +263,9 @@ class VectorStore:
         with self.guard("counting vectors"):
             return int(self.collection(which).count())
 
-    def nearest(self, which: Which, query_vec: Sequence[float], n: int, where: dict[str, Any] | None) -> list[tuple[str, float]]:
+    def nearest(
+        self, which: Which, query_vec: Sequence[float], n: int, where: dict[str, Any] | None
+    ) -> list[tuple[str, float]]:
         """(vector id, cosine) of the ``n`` nearest vectors: ids and distances only.
 
         Why not ``ChromaVectorStore.query``: it fetches every hit's metadata (the node

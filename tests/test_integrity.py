@@ -51,8 +51,12 @@ def search_json(env: dict[str, str], *extra: str, query: str = ABBA_QUERY) -> di
 
 
 def synth(path: Path, n: int, seed: int = 7) -> Path:
-    res = subprocess.run([str(VENV_BIN / "rag-papers"), "synth", str(n), str(path), "--no-seeds", "--seed", str(seed)],
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [str(VENV_BIN / "rag-papers"), "synth", str(n), str(path), "--no-seeds", "--seed", str(seed)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     return path
 
@@ -202,13 +206,20 @@ def test_a_deleted_chroma_folder_is_reported_and_the_next_ingest_reembeds_it(see
 def test_switching_to_a_chroma_server_reconciles_the_registry_into_it(seeded: Settings, chroma_server: str) -> None:
     """Reported: "0 added, 38 unchanged", an empty server, and every dense score 0.0."""
     embedded = {"RAG_PAPERS_HOME": str(seeded.home)}
-    env = {**embedded, "RAG_PAPERS_COLLECTION": f"switch{uuid.uuid4().hex[:8]}"}  # a fresh collection on the shared server
+    env = {
+        **embedded,
+        "RAG_PAPERS_COLLECTION": f"switch{uuid.uuid4().hex[:8]}",
+    }  # a fresh collection on the shared server
     line = one_error_line(run_cli("search", ABBA_QUERY, "--chroma-url", chroma_server, env=env))
     assert chroma_server in line and "does not match the registry" in line and "rag-papers repair" in line
 
     res = run_cli("ingest", "--no-progress", "--chroma-url", chroma_server, env=env)
     assert res.returncode == 0, res.stderr
-    assert "0 added, 38 unchanged" in res.stdout and f"re-embedded 38 papers (67 chunks) from the registry into the vector store at {chroma_server}" in res.stderr
+    assert (
+        "0 added, 38 unchanged" in res.stdout
+        and f"re-embedded 38 papers (67 chunks) from the registry into the vector store at {chroma_server}"
+        in res.stderr
+    )
     server_hit = search_json(env, "--chroma-url", chroma_server)
     embedded_hit = search_json(embedded)
     assert server_hit["results"][0]["id"] == abba_id()
@@ -254,8 +265,13 @@ def test_a_killed_onnx_export_leaves_no_half_written_folders(seeded: Settings, t
     env = {"RAG_PAPERS_HOME": str(seeded.home), "RAG_PAPERS_MODEL_CACHE": str(cache)}
 
     def exporting() -> subprocess.Popen[str]:
-        proc = subprocess.Popen([str(VENV_BIN / "rag-papers"), "search", ABBA_QUERY], env={**os.environ, **env},
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [str(VENV_BIN / "rag-papers"), "search", ABBA_QUERY],
+            env={**os.environ, **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         deadline = time.monotonic() + 120
         while not list(cache.rglob(".export-*")):
             assert proc.poll() is None and time.monotonic() < deadline, "the export never started"
@@ -280,8 +296,9 @@ def test_a_killed_onnx_export_leaves_no_half_written_folders(seeded: Settings, t
 
 
 # ------------------------------------------------------------------ another process's writes
-def test_a_running_reader_sees_papers_another_process_ingests(seeded: Settings, embedder: Any, tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_running_reader_sees_papers_another_process_ingests(
+    seeded: Settings, embedder: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Reported: a UI running while `ingest` adds papers kept the old count (and its vector store
     never saw the new vectors) until restarted."""
     from rag_papers import index as index_module
@@ -301,3 +318,32 @@ def test_a_running_reader_sees_papers_another_process_ingests(seeded: Settings, 
     top = after.results[0]
     assert top.id == newest["id"] and top.dense_score > 0.15  # found, by its vectors too
     engine.index.close()
+
+
+def test_a_chroma_url_that_answers_but_is_not_chroma_says_so(seeded: Settings) -> None:
+    """Reported: an HTML page as the error message."""
+    import http.server
+    import threading
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+            body = b"<!DOCTYPE html><html><body><h1>Welcome to nginx!</h1></body></html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        env = {"RAG_PAPERS_HOME": str(seeded.home)}
+        for args in (["search", ABBA_QUERY], ["ingest", "--no-progress"]):
+            line = one_error_line(run_cli(*args, "--chroma-url", url, env=env))
+            assert f"{url} answered, but not as a Chroma server" in line and "<" not in line, line
+    finally:
+        server.shutdown()

@@ -34,16 +34,6 @@ pytestmark = pytest.mark.filterwarnings(
     "ignore:The copy keyword is deprecated:DeprecationWarning",
 )
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-]
 # Set RAG_PAPERS_SCREENSHOT=docs/screenshot.png to refresh the README's picture; by default the
 # test writes to a temporary file so a test run never changes tracked files.
 SCREENSHOT_ENV = "RAG_PAPERS_SCREENSHOT"
@@ -119,26 +109,6 @@ def _stub_defaults(request: pytest.FixtureRequest) -> None:
 
 
 # ------------------------------------------------------------------- browser
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not Path(CHROMIUM).exists():
-        pytest.skip("Chromium is not installed at /usr/bin/chromium")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
-
-
-@pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
-    """A fresh browser context per test: a fresh gradio session."""
-    context = browser.new_context(viewport={"width": 1440, "height": 1000}, accept_downloads=True)
-    pg = context.new_page()
-    pg.set_default_timeout(30_000)
-    yield pg
-    context.close()
 
 
 def open_app(page: Any, url: str) -> None:
@@ -419,3 +389,36 @@ def test_bad_auth_is_a_clear_error(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert "user:password" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.browser
+def test_a_running_ui_picks_up_papers_another_process_ingests(
+    seeds_home: Path, embedder: object, tmp_path_factory: pytest.TempPathFactory, page: Any, tmp_path: Path
+) -> None:
+    """Reported: a UI running while `ingest` adds papers showed the old count until restarted."""
+    import json
+
+    from conftest import run_cli
+
+    served = _serve(_copy_home(seeds_home, tmp_path_factory, "ui_live_home"), embedder, ollama_host="http://127.0.0.1:9")
+    try:
+        open_app(page, served.url)
+        assert "38 research-paper abstracts" in page.locator(".rp-brand").inner_text()
+        corpus = tmp_path / "new.jsonl"
+        new = {"id": "sundial-1", "title": "Sundial calibration with shadow transformers",
+               "abstract": "We calibrate ancient sundials from photographs with shadow transformers, a model that "
+                           "reads the gnomon's shadow and the hour lines, and reach a median error of four minutes."}
+        corpus.write_text(json.dumps(new) + "\n", encoding="utf-8")
+        res = run_cli("ingest", "--no-progress", str(corpus), env={"RAG_PAPERS_HOME": str(served.settings.home)})
+        assert res.returncode == 0, res.stderr
+        time.sleep(2.5)  # the index looks for other processes' writes every couple of seconds
+        page.reload()
+        page.wait_for_selector("#rp-input textarea")
+        page.wait_for_function("() => document.querySelector('.rp-brand').innerText.includes('39 research-paper')")
+        page.get_by_text("Answering and retrieval settings").click()
+        assert "39 papers" in page.locator("#rp-index-line").inner_text()
+        page.locator("#rp-retrieval-only input").check()
+        listing = ask(page, "how do you calibrate a sundial from a photo?")
+        assert "Sundial calibration" in listing.locator("ol.rp-hits li").first.inner_text()
+    finally:
+        served.app.close()

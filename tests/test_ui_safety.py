@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from conftest import SEEDS, VENV_BIN, free_port, stop_process, wait_http
 from ollama_stub import OllamaStub
-from test_ui import CHROMIUM, CHROMIUM_ARGS, Served, _serve, ask, open_app
+from test_ui import Served, _serve, ask, open_app
 
 from rag_papers.config import PROJECT_ROOT, Settings
 
@@ -341,25 +341,6 @@ def hostile_server(
     served.app.close()
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not Path(CHROMIUM).exists():
-        pytest.skip("Chromium is not installed at /usr/bin/chromium")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
-
-
-@pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
-    context = browser.new_context(viewport={"width": 1440, "height": 1000}, accept_downloads=True)
-    pg = context.new_page()
-    pg.set_default_timeout(30_000)
-    yield pg
-    context.close()
 
 
 # Attributes that make the browser fetch or navigate (a tooltip or an input's value holding the text is fine).
