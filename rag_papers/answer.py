@@ -242,6 +242,7 @@ class AnswerStream:
         self.answer: Answer | None = None
         self.on_done: Callable[[Answer | None], None] | None = None
         self._writing = False
+        self.cancelled = False  # stopped by the user: no Answer is recorded (see ``cancel``)
 
     @property
     def phase(self) -> str:
@@ -251,7 +252,12 @@ class AnswerStream:
         return reported or ("writing" if self._writing else "reading")
 
     def cancel(self) -> None:
-        """Stop generating (the UI's Stop): backends that can (llama.cpp) end at their next token."""
+        """Stop generating (the UI's Stop): backends that can (llama.cpp) end at their next token.
+
+        A stopped answer is not an answer: ``answer`` stays None, so ``on_done`` records no
+        turn and a half-written reply never steers the next follow-up.
+        """
+        self.cancelled = True
         cancel = getattr(self.backend, "cancel", None)
         if callable(cancel):
             cancel()
@@ -306,6 +312,10 @@ class AnswerStream:
                     self._writing = True
                 parts.append(out)
                 yield out
+            if self.cancelled:
+                break
+        if self.cancelled:
+            return  # no Answer: see ``cancel``
         rest = filt.flush()
         if rest:
             parts.append(rest)

@@ -219,6 +219,11 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
     settings = settings_from(args)
     paths = args.paths or [settings.seeds_dir]
+    if args.rebuild:
+        # Validate before anything is touched: a rebuild sets a damaged registry aside on open.
+        from rag_papers.corpus import expand_paths, validate
+
+        validate(expand_paths(paths))
     index = Index(settings, rebuild=args.rebuild)
     report = index.ingest(paths, rebuild=args.rebuild, show_progress=not args.no_progress and not args.json)
     if args.json:
@@ -370,11 +375,17 @@ def cmd_info(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     index = Index(settings)
     backend, note = get_backend(settings, "auto")
+    try:
+        index.check_vectors()
+        vectors = "in step with the registry"
+    except RagPapersError as exc:  # info reports the state of things; it does not fail on it
+        vectors = str(exc)
     info = {
         "version": __version__,
         "home": str(settings.home),
         "store": settings.chroma_url or str(settings.chroma_dir),
         "papers": index.count(),
+        "vectors": vectors,
         "embed_model": settings.embed_model,
         "llm": note,
         "settings": json.loads(settings.model_dump_json()),

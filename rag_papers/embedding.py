@@ -287,12 +287,18 @@ def scratch_dir(parent: Path, prefix: str) -> Iterator[Path]:
     """A scratch folder for a one-time job (export, unpack) that leaves nothing behind.
 
     Removed on the way out, including on SIGTERM (turned into SystemExit while the job
-    runs, so cleanup code runs). A SIGKILL lets nothing run, so each folder is named after
-    its process (``<prefix><pid>-...``) and the next job removes those whose process is gone.
+    runs, so cleanup code runs). A SIGKILL lets nothing run, so the job holds an exclusive
+    ``flock`` on a file inside its folder, and the next job removes folders whose lock it
+    can take: their owner is gone. A lock, not a pid, so that a model cache shared between
+    containers or machines never loses a live job's folder.
     """
+    import fcntl
+
     parent.mkdir(parents=True, exist_ok=True)
     _sweep_scratch(parent, prefix)
     path = Path(tempfile.mkdtemp(dir=parent, prefix=f"{prefix}{os.getpid()}-"))
+    owner = (path / ".owner").open("w")
+    fcntl.flock(owner, fcntl.LOCK_EX)
     previous: Any = None
     if threading.current_thread() is threading.main_thread():
         def on_term(signum: int, frame: Any) -> None:
@@ -303,23 +309,29 @@ def scratch_dir(parent: Path, prefix: str) -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+        owner.close()
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
 
 
 def _sweep_scratch(parent: Path, prefix: str) -> None:
-    """Remove scratch folders of processes that no longer run (and unnamed ones over a day old)."""
+    """Remove scratch folders whose job is gone: their lock is free (or, without one, a day old)."""
+    import fcntl
+
     for entry in parent.glob(f"{prefix}*"):
-        owner = entry.name[len(prefix):].split("-", 1)[0]
-        if owner.isdigit():
+        try:
+            with (entry / ".owner").open("rb") as fh:  # never created here: a missing one means no owner lock
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # a live job's
+        except FileNotFoundError:  # an older layout, or a job that has just begun: go by age
             try:
-                os.kill(int(owner), 0)
-                continue  # still running: its job, not ours
-            except ProcessLookupError:
-                pass
-            except PermissionError:  # another user's live process
+                if time.time() - entry.stat().st_mtime < 86400:
+                    continue
+            except OSError:
                 continue
-        elif time.time() - entry.stat().st_mtime < 86400:
+        except OSError:
             continue
         shutil.rmtree(entry, ignore_errors=True)
 

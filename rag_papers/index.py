@@ -52,6 +52,7 @@ from rag_papers.vectors import (
     DiskFullError,
     VectorStore,
     VectorStoreError,
+    aside_name,
     disk_full_error,
     free_bytes,
     is_disk_full,
@@ -208,7 +209,9 @@ class Index:
         self._watch_db: sqlite3.Connection | None = None
         self._watched_at = -1e9
         self._data_version: int | None = None
-        self._seen_state: tuple[int, int] | None = None
+        self._seen_state: tuple[int, int, str] | None = None
+        self._reopen_wanted = False
+        self._reopened_at = -1e9
         self._count_value, self._count_at = 0, -1e9
         self._stats_memo: tuple[list[str], int, float, list[tuple[str, int]]] | None = None
         self._kw: KeywordStore | None = None
@@ -315,14 +318,17 @@ class Index:
         total = self._count_cached()
         if total == 0:
             return []
-        # The two collections are searched at once: chromadb's HNSW search runs without the GIL,
-        # and on 2 cores the pair took 5.0 instead of 6.9 ms at 100k papers (p50).
-        with self._vec_lock.read():
-            docs = self.pool().submit(self.vectors.nearest, "docs", query_vec, min(max(n, 10), total), where)
-            try:
-                chunk_hits = self.vectors.nearest("chunks", query_vec, min(max(n * 3, 30), 4 * total + 10), where)
-            finally:
-                doc_hits = docs.result()
+        self._reopen_if_needed()
+        try:
+            chunk_hits, doc_hits = self._nearest_both(query_vec, n, total, where)
+        except VectorStoreError as exc:
+            # Another process dropped or set aside the collections this process still holds (a
+            # rebuild, a repair): reopen once and search again before calling anything damaged.
+            if "does not exist" not in str(exc):
+                raise
+            with self._vec_lock.write():
+                self.vectors.reopen()
+            chunk_hits, doc_hits = self._nearest_both(query_vec, n, total, where)
         best_chunk: dict[str, tuple[float, str]] = {}
         for vid, cos in chunk_hits:  # chunk ids are "<paper id>:<chunk number>"
             pid = vid.rpartition(":")[0]
@@ -340,6 +346,19 @@ class Index:
         # Vectors of half-ingested papers may be among these: the caller reads the registry rows of
         # its winners anyway and skips papers without one (a lookup here cost 0.6 ms at 100k papers).
         return hits[:n]
+
+    def _nearest_both(
+        self, query_vec: list[float], n: int, total: int, where: dict[str, Any] | None
+    ) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
+        """(chunk hits, head hits). The two collections are searched at once: chromadb's HNSW search
+        runs without the GIL, and on 2 cores the pair took 5.0 instead of 6.9 ms at 100k papers (p50)."""
+        with self._vec_lock.read():
+            docs = self.pool().submit(self.vectors.nearest, "docs", query_vec, min(max(n, 10), total), where)
+            try:
+                chunk_hits = self.vectors.nearest("chunks", query_vec, min(max(n * 3, 30), 4 * total + 10), where)
+            finally:
+                doc_hits = docs.result()
+        return chunk_hits, doc_hits
 
     def pool(self) -> ThreadPoolExecutor:
         """Two worker threads, shared by all searches on this index, for their independent reads
@@ -371,7 +390,9 @@ class Index:
         out = {vid: out[vid] for vid in wanted if vid in out}
         older = [vid for vid in wanted if vid not in out]
         if older:
-            for vid, text in self.vectors.documents(older).items():  # neither place: the caller uses the abstract
+            with self._vec_lock.read():
+                older_texts = self.vectors.documents(older)
+            for vid, text in older_texts.items():  # neither place: the caller uses the abstract
                 title = (titles or {}).get(vid.rpartition(":")[0], "")
                 out[vid] = text[len(title) + 2 :] if title and text.startswith(title) else text
         return out
@@ -557,18 +578,18 @@ class Index:
 
     # ---- other processes' writes
     def _watch(self) -> None:
-        """Notice another process's writes (an ingest beside a running UI) and catch up with them.
+        """Notice another process's writes (an ingest or repair beside a running UI).
 
         ``PRAGMA data_version`` changes when another connection commits; then the counts
-        are re-read and, if papers came or went, the embedded vector store is reopened:
-        chromadb keeps each collection's HNSW index in memory and does not see vectors
-        another process adds until it opens the store afresh. Checked at most every
-        ``WATCH_SECONDS``.
+        are re-read and, if papers came or went or the vector store was rebuilt (the
+        ``vector_epoch`` in ``meta``), the embedded store is marked for reopening: chromadb
+        keeps each collection's HNSW index in memory and does not see vectors another
+        process adds until it opens the store afresh. Never blocks on the vector store
+        (it runs in the search pool too): ``_reopen_if_needed`` does the reopening, on the
+        searching thread. Checked at most every ``WATCH_SECONDS``.
         """
-        now = time.monotonic()
-        if now - self._watched_at < WATCH_SECONDS:
-            return
         with self._watch_lock:
+            now = time.monotonic()
             if now - self._watched_at < WATCH_SECONDS:
                 return
             self._watched_at = now
@@ -578,18 +599,38 @@ class Index:
             if version == self._data_version:
                 return
             self._data_version = version
-            row = self._watch_db.execute("SELECT COUNT(*), COALESCE(MAX(seq), 0) FROM papers").fetchone()
-            state = (int(row[0]), int(row[1]))
-            self._count_at = -1e9
-            if self._seen_state is None or state == self._seen_state:  # the first look, or no paper came or went
+            row = self._watch_db.execute(
+                "SELECT COUNT(*), COALESCE(MAX(seq), 0), (SELECT value FROM meta WHERE key='vector_epoch') FROM papers"
+            ).fetchone()
+            state = (int(row[0]), int(row[1]), str(row[2] or ""))
+            self._count_value, self._count_at = state[0], now  # just read: no second COUNT(*)
+            if self._seen_state is None or state == self._seen_state:  # the first look, or nothing came or went
                 self._seen_state = state
                 return
             self._seen_state = state
             if self._kw is not None:
                 self._kw.index.reload()
             if not self.settings.chroma_url:
-                with self._vec_lock.write():
-                    self.vectors.reopen()
+                self._reopen_wanted = True
+
+    def _reopen_if_needed(self) -> None:
+        """Reopen the embedded vector store if ``_watch`` asked for it, at most every ``REOPEN_SECONDS``.
+
+        Reopening reloads the HNSW indexes from disk (seconds at a million vectors), so beside a
+        long ingest that commits every few seconds a reader catches up at this pace, not per batch.
+        """
+        if not self._reopen_wanted or time.monotonic() - self._reopened_at < REOPEN_SECONDS:
+            return
+        with self._vec_lock.write():
+            if self._reopen_wanted:
+                self._reopen_wanted = False
+                self._reopened_at = time.monotonic()
+                self.vectors.reopen()
+
+    def _bump_vector_epoch(self) -> None:
+        """Tell readers in other processes that the vector store was rebuilt or set aside (see ``_watch``)."""
+        with self._registry_write(), self.db:
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('vector_epoch', ?)", (f"{time.time():.6f}",))
 
     # ---- vectors: derived data, checked against the registry and rebuilt from it
     def vector_gaps(self, sample: int = 64) -> str | None:
@@ -621,6 +662,9 @@ class Index:
         """For commands that read (search, ask, chat): fail in one line if the store cannot serve this registry."""
         self.vectors.probe()
         why = self.vector_gaps()
+        if why:  # a rebuild or removal in another process may be between its two writes: look again
+            time.sleep(0.5)
+            why = self.vector_gaps()
         if why:
             raise VectorStoreError(
                 f"the vector store at {self.vectors.location} does not match the registry {self.settings.db_path} "
@@ -647,10 +691,19 @@ class Index:
         try:
             self.vectors.probe()
         except VectorStoreError as exc:
-            if isinstance(exc, DiskFullError):
-                raise
-            report.moved_aside = self.vectors.move_aside()
-            self.notes.append(f"{report.moved_aside}; rebuilding it from the registry")
+            if not exc.damaged:
+                raise  # busy, slow or away: nothing to rebuild, and nothing is set aside for it
+            self.vectors.reopen()  # once more from a fresh client before deciding
+            try:
+                self.vectors.probe()
+            except VectorStoreError as again:
+                if not again.damaged:
+                    raise
+                if self.settings.chroma_url and not full:
+                    raise  # a server's collections are deleted only by an explicit `repair`
+                report.moved_aside = self.vectors.move_aside()
+                self.notes.append(f"{report.moved_aside}; rebuilding it from the registry")
+                self._bump_vector_epoch()
         self.check_model()
         self._drop_unfinished()
         self._sync_keyword(show_progress)
@@ -674,6 +727,7 @@ class Index:
             if progress is not None:
                 progress.close()
             if report.reembedded:
+                self._bump_vector_epoch()  # readers in other processes reopen the store to see them
                 self.notes.append(
                     f"re-embedded {report.reembedded:,} papers ({report.chunks:,} chunks) from the registry into "
                     f"the vector store at {self.vectors.location}"
@@ -706,6 +760,7 @@ class Index:
             if not chunks:  # an index written before the registry kept chunk texts: chunk it again
                 chunks = chunk_texts(paper.abstract, self.settings.chunk_tokens, self.settings.chunk_overlap,
                                      self.embedder.count_tokens)
+                self.vectors.delete_papers([pid])  # its old chunk vectors may number more than the new chunks
                 with self._registry_write(), self.db:
                     self.db.execute("DELETE FROM chunks WHERE paper_id=?", (pid,))
                     self.db.executemany("INSERT INTO chunks VALUES (?,?,?)", [(pid, i, c) for i, c in enumerate(chunks)])
@@ -1002,7 +1057,7 @@ class Index:
         try:
             self.vectors.drop()
         except VectorStoreError as exc:
-            if isinstance(exc, DiskFullError):
+            if not exc.damaged:
                 raise
             self.notes.append(self.vectors.move_aside())
         with self._registry_write(), self.db:
@@ -1014,6 +1069,7 @@ class Index:
             self.db.execute("DELETE FROM pending")
             self.db.execute("DELETE FROM term_df")
             self.db.execute("INSERT INTO meta VALUES ('term_df', '1')")
+            self.db.execute("INSERT INTO meta VALUES ('vector_epoch', ?)", (f"{time.time():.6f}",))
         self.kw_store.clear()
         self._count_at = -1e9
 
@@ -1032,6 +1088,7 @@ class Index:
 
 
 WATCH_SECONDS = 2.0  # how often a long-running reader looks for other processes' writes
+REOPEN_SECONDS = 10.0  # how often, at most, it reopens the embedded vector store to see them
 
 
 class _ReadWriteLock:
@@ -1121,20 +1178,25 @@ class RegistryError(RagPapersError):
 
 
 def registry_error(path: Path, exc: sqlite3.Error) -> RagPapersError:
-    """One line for an SQLite failure on the registry: a full disk, a lock, or a damaged file."""
+    """One line for an SQLite failure on the registry; only a file SQLite says is damaged counts as damaged."""
     text = str(exc)
-    if "full" in text or "no space" in text.lower():
+    low = text.lower()
+    if "full" in low or "no space" in low:
         from rag_papers.vectors import disk_full_error
 
         return disk_full_error(path.parent, "writing the registry")
-    if "locked" in text or "busy" in text:
+    if "locked" in low or "busy" in low:
         return RagPapersError(f"the registry {path} is locked by another rag-papers process; wait for it to finish")
-    if isinstance(exc, sqlite3.OperationalError) and "unable to open" in text:
-        return RagPapersError(f"cannot open the registry {path}: check the data directory's permissions")
-    return RegistryError(
-        f"the registry {path} is damaged ({text}): restore it from a backup, or rebuild the index from your "
-        "corpus files with `rag-papers ingest --rebuild [FILES]` (the damaged file is kept aside)"
-    )
+    if "readonly" in low or "read-only" in low:
+        return RagPapersError(f"the registry {path} is read-only ({text}): check the data directory's permissions")
+    if "unable to open" in low:
+        return RagPapersError(f"cannot open the registry {path} ({text}): check the data directory's permissions")
+    if "not a database" in low or "malformed" in low or "corrupt" in low:
+        return RegistryError(
+            f"the registry {path} is damaged ({text}): restore it from a backup, or rebuild the index from your "
+            "corpus files with `rag-papers ingest --rebuild [FILES]` (the damaged file is kept aside)"
+        )
+    return RagPapersError(f"the registry {path} failed ({text})")
 
 
 def _check_registry_file(path: Path) -> None:
@@ -1186,8 +1248,7 @@ def _open_registry(path: Path) -> sqlite3.Connection:
 
 def set_aside(path: Path) -> Path:
     """Rename a damaged registry (and its -wal/-shm files) so a fresh one can be made; never delete it."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    dest = path.with_name(f"{path.name}.damaged-{stamp}")
+    dest = aside_name(path)
     for suffix in ("", "-wal", "-shm"):
         src = Path(f"{path}{suffix}")
         if src.exists():

@@ -181,10 +181,10 @@ class LlamaCppBackend:
         # What a running stream() is doing, for a UI to say: "waiting" (another generation holds
         # the model), "loading", "reading" (the prompt, before the first token), "writing".
         self.phase = ""
-        self._cancel = threading.Event()
+        self._cancel = threading.Event()  # the running generation's; each stream() gets a fresh one
 
     def cancel(self) -> None:
-        """Stop this backend's generation at its next token (the UI's Stop button)."""
+        """Stop this backend's running generation at its next token (the UI's Stop button)."""
         self._cancel.set()
 
     def available(self) -> tuple[bool, str]:
@@ -242,7 +242,9 @@ class LlamaCppBackend:
         if not ok:
             raise LLMError(why)
         out: queue.Queue[object] = queue.Queue()
-        worker = threading.Thread(target=self._generate, args=(messages, max_tokens, out),
+        # One event per generation: a backend streams more than once (condense, then answer; eval).
+        cancel = self._cancel = threading.Event()
+        worker = threading.Thread(target=self._generate, args=(messages, max_tokens, out, cancel),
                                   name="rag-papers-llamacpp", daemon=True)
         worker.start()
         try:
@@ -258,19 +260,20 @@ class LlamaCppBackend:
                     raise item
                 yield str(item)
         finally:
-            self._cancel.set()  # done, or the caller stopped reading: either way the generation ends
+            cancel.set()  # done, or the caller stopped reading: either way the generation ends
 
-    def _generate(self, messages: list[Message], max_tokens: int, out: queue.Queue[object]) -> None:
+    def _generate(self, messages: list[Message], max_tokens: int, out: queue.Queue[object],
+                  cancel: threading.Event) -> None:
         """The generation thread: wait for the gate, load, feed tokens to ``out`` until done or cancelled."""
         from llama_index.core.llms import ChatMessage
 
         try:
             self.phase = "waiting"
             while not _LLAMA_GATE.acquire(timeout=KEEPALIVE_SECONDS):
-                if self._cancel.is_set():
+                if cancel.is_set():
                     return
             try:
-                if self._cancel.is_set():
+                if cancel.is_set():
                     return
                 self.phase = "loading"
                 llm: Any = self._llm(max_tokens)
@@ -278,7 +281,7 @@ class LlamaCppBackend:
                 parts = llm.stream_chat([ChatMessage(role=m["role"], content=m["content"]) for m in messages])
                 try:
                     for part in parts:
-                        if self._cancel.is_set():
+                        if cancel.is_set():
                             break
                         self.phase = "writing"
                         if part.delta:

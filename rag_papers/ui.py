@@ -847,8 +847,12 @@ class ChatApp:
                     last = now
                     yield self._outputs(state, panel=False)
             answer = stream.answer
-            assert answer is not None
-            self._finish(state, index, ex, answer, stream.result)
+            if answer is None and stream.cancelled:  # Stop: the text so far stays, marked, and no turn is kept
+                ex.stopped = True
+                ex.footer = f"stopped after {_ms((time.perf_counter() - t0) * 1000)}"
+            else:
+                assert answer is not None
+                self._finish(state, index, ex, answer, stream.result)
         except Exception as exc:  # noqa: BLE001 - LLMError, RagPapersError or a bug: shown, never a traceback
             if not isinstance(exc, RagPapersError):
                 log.exception("answering %r failed", ex.question)

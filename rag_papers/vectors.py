@@ -37,7 +37,23 @@ _DISK_FULL = re.compile(r"disk is full|no space left|os error 28|ENOSPC|\(code: 
 
 
 class VectorStoreError(RagPapersError):
-    """The vector store cannot be opened or read; the message names the store and the fix."""
+    """The vector store cannot be opened or read; the message names the store and the fix.
+
+    ``damaged``: chromadb's error says its files are unreadable (a cut-short HNSW pickle, a
+    chroma.sqlite3 that is not a database), not that it is busy, slow or unreachable; only
+    then may a store be set aside and rebuilt.
+    """
+
+    def __init__(self, message: str, damaged: bool = False) -> None:
+        super().__init__(message)
+        self.damaged = damaged
+
+
+# What chromadb says when its files cannot be read, as opposed to timeouts, locks or a server away.
+_DAMAGED = re.compile(
+    r"pickle|deserializ|not a database|malformed|corrupt|hnsw segment reader|error loading hnsw|invalid (?:header|magic)",
+    re.IGNORECASE,
+)
 
 
 class DiskFullError(RagPapersError):
@@ -95,6 +111,16 @@ def _first_line(exc: BaseException) -> str:
     return text[0][:300] if text else type(exc).__name__
 
 
+def aside_name(path: Path) -> Path:
+    """``<name>.damaged-<time>``, not yet taken: where a damaged store or registry is set aside, never deleted."""
+    stem = f"{path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}"
+    dest, n = path.with_name(stem), 1
+    while dest.exists() or Path(f"{dest}-wal").exists():
+        n += 1
+        dest = path.with_name(f"{stem}-{n}")
+    return dest
+
+
 class VectorStore:
     """The chunk and head-vector collections of one data directory (embedded) or one server."""
 
@@ -130,13 +156,18 @@ class VectorStore:
         except Exception as exc:  # chromadb raises InternalError, ValueError, httpx errors, OSError ...
             if is_disk_full(exc):
                 raise disk_full_error(self.settings.home, what) from None
+            if not _DAMAGED.search(str(exc)):
+                raise VectorStoreError(
+                    f"the vector store at {self.location} failed while {what} ({_first_line(exc)})"
+                    + ("" if self.server else ": is another program using it? try again")
+                ) from None
             fix = (
-                "run `rag-papers repair` to recreate its collections from the registry"
+                f"run `rag-papers repair --chroma-url {self.location}` to recreate its collections from the registry"
                 if self.server
                 else "run `rag-papers repair` to rebuild it from the registry (the damaged folder is kept aside)"
             )
             raise VectorStoreError(
-                f"the vector store at {self.location} failed while {what} ({_first_line(exc)}): {fix}"
+                f"the vector store at {self.location} cannot be read ({_first_line(exc)}): {fix}", damaged=True
             ) from None
 
     # ---- opening
@@ -224,12 +255,17 @@ class VectorStore:
                 if col is None:
                     from rag_papers.config import SCHEMA_VERSION
 
-                    col = client.create_collection(
-                        name,
-                        embedding_function=None,
-                        configuration={"hnsw": {"space": "cosine"}},
-                        metadata={"embed_model": self.settings.embed_model, "schema": SCHEMA_VERSION},
-                    )
+                    try:
+                        col = client.create_collection(
+                            name,
+                            embedding_function=None,
+                            configuration={"hnsw": {"space": "cosine"}},
+                            metadata={"embed_model": self.settings.embed_model, "schema": SCHEMA_VERSION},
+                        )
+                    except Exception as exc:  # another process created it first
+                        if "already exists" not in str(exc).lower():
+                            raise
+                        col = client.get_collection(name, embedding_function=None)
             built_with = (col.metadata or {}).get("embed_model")
             if built_with and built_with != self.settings.embed_model:
                 raise RagPapersError(
@@ -313,9 +349,15 @@ class VectorStore:
         for name in self.names().values():
             try:
                 client.delete_collection(name)
-            except Exception as exc:  # not there: nothing to drop
+            except Exception as exc:
+                text = str(exc).lower()
+                if "not exist" in text or "not found" in text:
+                    continue  # not there: nothing to drop
                 if is_disk_full(exc):
                     raise disk_full_error(self.settings.home, "dropping the vector store") from None
+                raise VectorStoreError(
+                    f"cannot delete collection {name!r} at {self.location} ({_first_line(exc)})"
+                ) from None
         self._cols.clear()
 
     def close(self) -> None:
@@ -348,8 +390,9 @@ class VectorStore:
             self.drop()
             return f"deleted the unreadable collections on {self.location}"
         self.close()
+        self._forget_system()
         src = self.settings.chroma_dir
-        dest = src.with_name(f"{src.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+        dest = aside_name(src)
         if src.exists():
             os.replace(src, dest)
         return f"moved the unreadable vector store aside to {dest}"

@@ -115,6 +115,17 @@ def test_cancel_and_close_stop_the_generation_and_free_the_model(settings: Setti
     assert "waiting" not in (d.phase,)
 
 
+def test_one_backend_streams_again_after_a_finished_or_cancelled_stream(settings: Settings) -> None:
+    """A chat turn streams twice on one backend (condense, then answer), as does eval: both must answer."""
+    b = backend(settings)
+    assert "".join(b.stream(PROMPT, 8)).strip()
+    assert "".join(b.stream(PROMPT, 8)).strip()
+    for chunk in b.stream(PROMPT, 400):
+        if chunk:
+            b.cancel()
+    assert "".join(b.stream(PROMPT, 8)).strip()
+
+
 # ------------------------------------------------------------------ in the browser
 @pytest.fixture
 def chat_server(seeds_home: Path, tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes], Path]]:

@@ -310,3 +310,22 @@ def test_cli_ask_json_falls_back_to_extractive(seeded: Settings) -> None:
     assert obj["citations"] and set(obj["citations"]) <= {s["id"] for s in obj["sources"]}
     assert "retrieval_ms" in obj["timings"]
     assert obj["notice"] and "ollama serve" in obj["notice"]
+
+
+def test_a_stopped_answer_is_no_answer_and_no_turn(engine: Engine) -> None:
+    """Stop mid-answer: the stream ends, ``answer`` stays None and the conversation keeps no turn."""
+    from conftest import FakeBackend
+
+    from rag_papers.chat import ChatSession
+
+    session = ChatSession(engine)
+    fake = FakeBackend("ABBA reparameterizes the update as a Hadamard product [1]. " * 20, delay=0.001)
+    _, stream = session.ask("What does ABBA claim?", fake)  # type: ignore[arg-type]
+    got = []
+    for chunk in stream:
+        got.append(chunk)
+        if len("".join(got)) > 40:
+            stream.cancel()
+    assert stream.cancelled and stream.answer is None
+    assert 40 < len("".join(got)) < 200
+    assert session.turns == []
