@@ -144,6 +144,11 @@ class Settings(BaseSettings):
     def keyword_path(self) -> Path:
         return self.home / "keyword"
 
+    @property
+    def models_dir(self) -> Path:
+        """The one model-cache default: ``model_cache`` if set, else HOME/models."""
+        return self.model_cache or self.home / "models"
+
 
 PRESETS: dict[str, dict[str, Any]] = {
     # Best quality here: hybrid retrieval, more candidates.

