@@ -702,49 +702,17 @@ class Bench:
 
 
 def verify_index(home: Path, backend: str, model_cache: Path) -> dict[str, Any]:
-    """Registry, vectors and keyword copy agree: every paper's chunks present once, nothing without a paper."""
-    import chromadb
-    from chromadb.config import Settings as ChromaSettings
+    """The ingest stage's consistency check of the index in ``home``."""
+    from rag_papers.config import Settings
+    from rag_papers.ingest import verify_index as verify
 
-    from rag_papers.keyword import KeywordStore
-
-    con = sqlite3.connect(home / "papers.sqlite")
-    rows = con.execute("SELECT id, n_chunks, seq FROM papers").fetchall()
-    papers = {pid: n for pid, n, _ in rows}
-    seqs = {int(seq) for _, _, seq in rows}
-    texts = {f"{pid}:{i}" for pid, i in con.execute("SELECT paper_id, i FROM chunks")}  # (paper_id, i) is the key
-    con.close()
-    kw_seqs = KeywordStore(home / "keyword").seqs()
-    client = chromadb.PersistentClient(path=str(home / "chroma"), settings=ChromaSettings(anonymized_telemetry=False))
-    ids: list[str] = []
-    col = client.get_collection("papers", embedding_function=None)
-    total = col.count()
-    for off in range(0, total, 5000):
-        ids += col.get(limit=5000, offset=off, include=[])["ids"]
-    doc = client.get_collection("papers_doc", embedding_function=None)
-    expected = {f"{pid}:{i}" for pid, n in papers.items() for i in range(n)}
-    have = set(ids)
-    return {
-        "papers": len(papers),
-        "chunk_vectors": len(ids),
-        "duplicate_chunk_ids": len(ids) - len(have),
-        "missing_chunks": len(expected - have),
-        "orphan_vectors": len(have - expected),
-        "missing_texts": len(expected - texts),
-        "orphan_texts": len(texts - expected),
-        "doc_vectors": doc.count(),
-        "keyword_docs": len(kw_seqs),
-        "keyword_missing": len(seqs - set(kw_seqs)),
-        "keyword_orphans": len(set(kw_seqs) - seqs),
-    }
+    return verify(Settings(home=home, embed_backend=backend, model_cache=model_cache))  # type: ignore[arg-type]
 
 
 def index_complete(check: dict[str, Any], n: int) -> bool:
-    """``verify_index`` found all ``n`` papers, each chunk (vector and text) and keyword copy once, and nothing else."""
-    return check["papers"] == n and check["duplicate_chunk_ids"] == 0 and check["missing_chunks"] == 0 \
-        and check["orphan_vectors"] == 0 and check["doc_vectors"] == n \
-        and check["missing_texts"] == 0 and check["orphan_texts"] == 0 \
-        and check["keyword_docs"] == n and check["keyword_missing"] == 0 and check["keyword_orphans"] == 0
+    from rag_papers.ingest import index_complete as complete
+
+    return complete(check, n)
 
 
 def _default_backend() -> str:

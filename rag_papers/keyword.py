@@ -17,11 +17,15 @@ next write rebuilds it from the registry's text (4.4 s at 100k papers).
 
 from __future__ import annotations
 
+import math
+import re
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from rag_papers import RagPapersError
+from rag_papers.corpus import STOPWORDS
 
 
 class KeywordStore:
@@ -114,3 +118,61 @@ class KeywordStore:
         if self._writer is not None:
             self._writer.wait_merging_threads()
             self._writer = None
+
+
+# ---------------------------------------------------------------- tokens and term weights
+_STEMMER: Any = None
+
+
+# Runs of 2+ letters or digits: underscores split words, as in FTS5's unicode61 tokenizer,
+# so our per-term counts (term_df) and FTS5's matching see the same words.
+_WORD = re.compile(r"[^\W_]{2,}")
+
+
+_ACRONYM_PLURAL = re.compile(r"\b([A-Z][A-Z0-9]*[A-Z])s\b")
+
+
+def keyword_tokens(text: str) -> list[str]:
+    """Lower-cased, stop-word-free, Snowball-stemmed words: what the keyword index stores and matches.
+
+    Acronym plurals are singularised first (LLMs -> LLM, GNNs -> GNN): the stemmer
+    would leave "llms" and "llm" as two different words.
+    """
+    text = _ACRONYM_PLURAL.sub(r"\1", text)
+    stem = _stemmer().stemWords
+    return list(stem([w for w in _WORD.findall(text.lower()) if w not in STOPWORDS]))
+
+
+def _stemmer() -> Any:
+    global _STEMMER
+    if _STEMMER is None:
+        import Stemmer
+
+        _STEMMER = Stemmer.Stemmer("english")
+    return _STEMMER
+
+
+def term_counts(texts: Iterable[str]) -> Counter[str]:
+    """Papers per term, over stored keyword texts (space-joined ``keyword_tokens``)."""
+    counts: Counter[str] = Counter()
+    for text in texts:
+        counts.update(set(text.split()))
+    return counts
+
+
+def fts5_idf(n_docs: int, df: int) -> float:
+    """FTS5's bm25() idf: zero-or-less (a word in half the papers or more) becomes 1e-6."""
+    return max(math.log((n_docs - df + 0.5) / (df + 0.5)), 1e-6)
+
+
+def lucene_idf(n_docs: int, df: int) -> float:
+    """Lucene's (and tantivy's) idf: never negative."""
+    return math.log(1 + (n_docs - df + 0.5) / (df + 0.5))
+
+
+def useful_terms(stats: list[tuple[str, int]], n_docs: int) -> list[str]:
+    """Known terms, minus those in most papers (FTS5 gives them ~zero idf; they only cost time)."""
+    known = [(t, df) for t, df in stats if df]
+    rare = [t for t, df in known if df <= n_docs / 2]
+    return rare or [t for t, _ in known]
+

@@ -256,16 +256,22 @@ def test_ingest_killed_midway_keeps_index_usable_and_resumes(
     later.write_text("ICLR 2026 Papers\n\n" + "\n\n".join(paragraphs(SEED_004)[:12]) + "\n", encoding="utf-8")
     assert "We introduce ABBA" in later.read_text(encoding="utf-8")
 
-    original = Index._store_batch
     calls = {"n": 0}
 
-    def store_batch(self: Index, batch: list[Any], progress: Any) -> int:
-        calls["n"] += 1
-        if calls["n"] >= 2 and when == "before_second_batch":
-            raise SimulatedKill("killed")
-        return original(self, batch, progress)
+    class CountingEmbedder:
+        """The real embedder, counting batches (one embedding call per batch); the kill comes at the second."""
 
-    monkeypatch.setattr(Index, "_store_batch", store_batch)
+        def __getattr__(self, name: str) -> Any:
+            return getattr(embedder, name)
+
+        def embed_array(self, texts: list[str]) -> Any:
+            calls["n"] += 1
+            if calls["n"] >= 2 and when == "before_second_batch":
+                raise SimulatedKill("killed")
+            return embedder.embed_array(texts)
+
+    index.close()
+    index = Index(settings, embedder=CountingEmbedder())  # type: ignore[arg-type]
     if when == "after_second_batch_vectors":
         # The second batch's chunk vectors reach Chroma, then the process dies before the registry is written.
         real_upsert = VectorStore.upsert
@@ -471,7 +477,7 @@ def test_keyword_copy_ranks_by_bm25_over_every_paper(seeded: Settings) -> None:
 
     tantivy stores document lengths in a lossy byte, hence scores within a few percent.
     """
-    from rag_papers.index import _useful
+    from rag_papers.keyword import useful_terms as _useful
 
     index = Index(seeded)
     assert index._fast_keyword() is index.kw_store

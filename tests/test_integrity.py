@@ -116,7 +116,7 @@ def test_a_write_that_hits_a_full_disk_anyway_is_one_line_and_the_next_ingest_re
 ) -> None:
     """Another program fills the disk after our check: the write fails for real, in one line; after
     space is freed, the next ingest repairs whatever the store lost and completes."""
-    from rag_papers import index as index_module
+    from rag_papers import ingest as ingest_module
     from rag_papers.vectors import DiskFullError
 
     home = tmpfs / "home"
@@ -129,7 +129,7 @@ def test_a_write_that_hits_a_full_disk_anyway_is_one_line_and_the_next_ingest_re
         fh.truncate(0)
         fh.write(b"\0" * (shutil.disk_usage(tmpfs).free - 500_000))
     monkeypatch.setattr(
-        index_module, "free_bytes", lambda _p: 10**12, raising=False
+        ingest_module, "free_bytes", lambda _p: 10**12
     )  # our check sees plenty: the disk says otherwise
     with pytest.raises(DiskFullError) as err:
         index.ingest([corpus], show_progress=False)

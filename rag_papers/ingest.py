@@ -1,0 +1,674 @@
+"""Ingest stage: validate, chunk, embed and store papers; remove them; repair and verify the stores.
+
+The write side of an index. Order of writes, so that a kill at any point leaves the
+previous index usable and a rerun resumes: a batch's ids go to ``pending`` first, then
+its vectors to the vector store and its tokens to the tantivy copy, then one registry
+transaction makes the papers visible. Vectors and the keyword copy are derived data:
+``repair`` rebuilds them from the registry alone.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rag_papers.config import SCHEMA_VERSION, Settings
+from rag_papers.corpus import (
+    CorpusError,
+    Paper,
+    RawRecord,
+    content_hash,
+    derive_title,
+    expand_paths,
+    read_file,
+    to_paper,
+    validate,
+)
+from rag_papers.keyword import keyword_tokens, term_counts
+from rag_papers.registry import in_batches, registry_error, registry_write
+from rag_papers.vectors import (
+    DiskFullError,
+    VectorStore,
+    VectorStoreError,
+    disk_full_error,
+    free_bytes,
+    is_disk_full,
+    mb,
+    tree_bytes,
+)
+
+if TYPE_CHECKING:
+    from rag_papers.index import Index
+
+
+def chunk_texts(abstract: str, chunk_tokens: int, overlap: int, tokenize: Callable[[str], list[int]]) -> list[str]:
+    """Sentence-aware windows that together cover the whole abstract, each inside the model window."""
+    from llama_index.core.node_parser import SentenceSplitter
+
+    splitter = SentenceSplitter(chunk_size=chunk_tokens, chunk_overlap=overlap, tokenizer=tokenize)
+    return [c for c in splitter.split_text(abstract) if c.strip()] or [abstract]
+
+
+def passage_text(title: str, chunk: str) -> str:
+    """What gets embedded for one chunk: the chunk led by its paper's title, for context.
+
+    Chunks are as long as the model's window allows, so most abstracts are one head
+    chunk plus one tail that overlaps it: every sentence is covered for about 2 embeddings
+    a paper. Smaller chunks (96 tokens, 4-5 a paper) measured no better on eval/qa.jsonl
+    and cost 2x the ingest time; no overlap (0 or 24 tokens instead of 48) lost 2
+    paraphrase hits at 1 for 8-10% fewer tokens.
+    """
+    return f"{title}. {chunk}"
+
+
+@dataclass
+class IngestReport:
+    files: int = 0
+    records: int = 0
+    added: int = 0
+    unchanged: int = 0
+    removed: int = 0
+    duplicates: int = 0
+    chunks: int = 0
+    seconds: float = 0.0
+    total: int = 0
+    reembedded: int = 0  # registered papers whose missing vectors this ingest embedded again
+    renamed: list[tuple[str, str]] = field(default_factory=list)  # (id in the file, id given), see ``_ingest``
+    removed_ids: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: v for k, v in self.__dict__.items() if k != "removed_ids"}
+        d["renamed"] = [{"id": a, "indexed_as": b} for a, b in self.renamed]
+        return d
+
+
+@dataclass
+class RepairReport:
+    papers: int = 0
+    checked: bool = False  # every paper's vectors were looked up (not only counts and a sample)
+    reembedded: int = 0
+    chunks: int = 0
+    moved_aside: str = ""
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class SpaceCheck:
+    """Stop an ingest cleanly before a batch that may not fit in the data directory.
+
+    A write that runs out of space part way can leave chromadb's files unreadable (a
+    cut-short HNSW pickle) and even keep chromadb from opening the store for reading,
+    so the check comes before each batch, while everything can still be read. The
+    estimate is deliberately generous: per vector, three times its float32 size plus
+    1 kB (HNSW graph, Chroma's own write-ahead log, metadata); per character of text,
+    10 bytes (the abstract, its chunks, keyword postings, SQLite's WAL); doubled. On top,
+    ``min_free_mb`` and room for the stores' bursts: an HNSW resize rewrites a quarter
+    of the store, a tantivy merge needs up to the keyword copy's size again.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.written = 0  # papers whose vectors this process wrote, for the message
+
+    def check(self, papers: Sequence[Paper], passages: Sequence[tuple[Paper, int, str]], dim: int) -> _SpaceTicket:
+        s = self.settings
+        chars = sum(len(p.abstract) + len(p.title) for p in papers) + sum(len(c) for _, _, c in passages)
+        estimate = len(passages) * 2 * (dim * 4 * 3 + 1024) + chars * 10 + len(papers) * 2048
+        headroom = s.min_free_mb * 1_000_000 + tree_bytes(s.keyword_path)
+        if not s.chroma_url:
+            headroom += tree_bytes(s.chroma_dir) // 4
+        need = 2 * estimate + headroom
+        free = free_bytes(s.home)
+        if free < need:
+            done = f"{self.written:,} papers were written before stopping and" if self.written else "nothing was written and"
+            raise DiskFullError(
+                f"not enough free space in {s.home}: the next batch of {len(papers)} abstracts needs about {mb(need)} "
+                f"(with {mb(headroom)} kept free for the stores' own growth) and {mb(free)} are free; {done} the "
+                "index is intact: free some space (or move the data directory with RAG_PAPERS_HOME) and rerun "
+                "`rag-papers ingest` to continue"
+            )
+        return _SpaceTicket(self, len(papers))
+
+
+@dataclass
+class _SpaceTicket:
+    check: SpaceCheck
+    papers: int
+
+    def done(self) -> None:
+        self.check.written += self.papers
+
+
+def node_meta(paper: Paper, chunk: int) -> dict[str, Any]:
+    """Flat metadata Chroma can filter on (``document_id``: the key deletes use, as llama-index names it)."""
+    meta: dict[str, Any] = {"paper_id": paper.id, "document_id": paper.id, "chunk": chunk}
+    if paper.year is not None:
+        meta["year"] = paper.year
+    if paper.venue:
+        meta["venue"] = paper.venue
+    return meta
+
+
+def progress_bar(total: int, desc: str, enabled: bool) -> Any:
+    """tqdm on stderr with rate and ETA; silent when not wanted or not a terminal in tests."""
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="abstract", file=sys.stderr, dynamic_ncols=True, mininterval=0.5)
+
+
+
+class Ingester:
+    """Every write to one open ``Index``: ``ingest``, ``remove``, ``repair``, ``clear``.
+
+    It writes through the index's registry connection and stores, and tells the index to
+    re-read its counts afterwards (``Index.forget_counts``); reads stay on ``Index``.
+    """
+
+    def __init__(self, index: Index) -> None:
+        self.index = index
+        self.settings = index.settings
+        self.db = index.db
+        self.notes = index.notes
+        self.space = SpaceCheck(index.settings)
+
+    def _rebuild_term_df(self) -> None:
+        """Papers per keyword term, recounted from the stored token text (indexes made before the table existed)."""
+        counts = term_counts(r[0] for r in self.db.execute("SELECT text FROM papers_fts"))
+        with self.db:
+            self.db.execute("DELETE FROM term_df")
+            self.db.executemany("INSERT INTO term_df VALUES (?, ?)", counts.items())
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('term_df', '1')")
+
+    def _forget_terms(self, paper_ids: Sequence[str]) -> None:
+        """Take these papers out of ``term_df`` (call in the transaction that deletes them)."""
+        counts: Counter[str] = Counter()
+        for part, marks in in_batches(paper_ids):
+            sql = f"SELECT f.text FROM papers p JOIN papers_fts f ON f.rowid = p.seq WHERE p.id IN ({marks})"
+            counts += term_counts(r[0] for r in self.db.execute(sql, part))
+        self.db.executemany("UPDATE term_df SET df = df - ? WHERE term = ?", [(c, t) for t, c in counts.items()])
+        self.db.execute("DELETE FROM term_df WHERE df <= 0")
+
+    def _bump_vector_epoch(self) -> None:
+        """Tell readers in other processes that the vector store was rebuilt or set aside (see ``_watch``)."""
+        with self._registry_write(), self.db:
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('vector_epoch', ?)", (f"{time.time():.6f}",))
+
+    def repair(self, show_progress: bool = True) -> RepairReport:
+        """Make the derived stores whole again from the registry alone (no corpus files needed).
+
+        A vector store chromadb cannot read is set aside and rebuilt; papers whose vectors
+        the store in use lacks are re-embedded from their registered chunk texts; the
+        keyword copy is rebuilt if it is out of step.
+        """
+        try:
+            self.index.kw_store.lock()
+            return self._repair(show_progress, full=True)
+        finally:
+            self.index.release_writer()
+
+    def _repair(self, show_progress: bool, full: bool) -> RepairReport:
+        """``full``: check every paper; otherwise only when the counts or a sample say something is missing."""
+        t0 = time.perf_counter()
+        report = RepairReport(papers=self.index.count())
+        try:
+            self.index.vectors.probe()
+        except VectorStoreError as exc:
+            if not exc.damaged:
+                raise  # busy, slow or away: nothing to rebuild, and nothing is set aside for it
+            self.index.vectors.reopen()  # once more from a fresh client before deciding
+            try:
+                self.index.vectors.probe()
+            except VectorStoreError as again:
+                if not again.damaged:
+                    raise
+                if self.settings.chroma_url and not full:
+                    raise  # a server's collections are deleted only by an explicit `repair`
+                report.moved_aside = self.index.vectors.move_aside()
+                self.notes.append(f"{report.moved_aside}; rebuilding it from the registry")
+                self._bump_vector_epoch()
+        self.index.check_model()
+        self._drop_unfinished()
+        self._sync_keyword(show_progress)
+        if full or report.moved_aside or self.index.vector_gaps() is not None:
+            report.checked = True
+            progress = progress_bar(report.papers, "repair vectors", show_progress and report.papers > 0)
+            batch_size = max(8, self.settings.embed_batch_size // 2)
+            last = 0
+            while True:
+                rows = self.db.execute("SELECT id, seq FROM papers WHERE seq > ? ORDER BY seq LIMIT ?", (last, batch_size)).fetchall()
+                if not rows:
+                    break
+                last = int(rows[-1]["seq"])
+                ids = [r["id"] for r in rows]
+                lacking = self._lacking_vectors(ids)
+                if lacking:
+                    report.reembedded += len(lacking)
+                    report.chunks += self._reembed(lacking)
+                if progress is not None:
+                    progress.update(len(rows))
+            if progress is not None:
+                progress.close()
+            if report.reembedded:
+                self._bump_vector_epoch()  # readers in other processes reopen the store to see them
+                self.notes.append(
+                    f"re-embedded {report.reembedded:,} papers ({report.chunks:,} chunks) from the registry into "
+                    f"the vector store at {self.index.vectors.location}"
+                )
+        report.seconds = round(time.perf_counter() - t0, 3)
+        return report
+
+    def _lacking_vectors(self, ids: list[str]) -> list[str]:
+        """Which of these registered papers miss their head vector or any chunk vector."""
+        n_chunks = {r["id"]: int(r["n_chunks"]) for part, marks in in_batches(ids)
+                    for r in self.db.execute(f"SELECT id, n_chunks FROM papers WHERE id IN ({marks})", part)}
+        docs = self.index.vectors.existing("docs", [f"{pid}:doc" for pid in ids])
+        chunks = self.index.vectors.existing("chunks", [f"{pid}:{i}" for pid in ids for i in range(n_chunks.get(pid, 1))])
+        return [pid for pid in ids
+                if f"{pid}:doc" not in docs or any(f"{pid}:{i}" not in chunks for i in range(n_chunks.get(pid, 1)))]
+
+    def _reembed(self, paper_ids: list[str]) -> int:
+        """Embed these registered papers again from their chunk texts (re-chunking any that have none)."""
+        papers = self.index.get(paper_ids)
+        texts: dict[str, list[str]] = {}
+        for part, marks in in_batches(paper_ids):
+            for pid, _, text in self.db.execute(f"SELECT paper_id, i, text FROM chunks WHERE paper_id IN ({marks}) ORDER BY paper_id, i", part):
+                texts.setdefault(pid, []).append(text)
+        passages: list[tuple[Paper, int, str]] = []
+        for pid in paper_ids:
+            paper = papers.get(pid)
+            if paper is None:
+                continue
+            chunks = texts.get(pid)
+            if not chunks:  # an index written before the registry kept chunk texts: chunk it again
+                chunks = chunk_texts(paper.abstract, self.settings.chunk_tokens, self.settings.chunk_overlap,
+                                     self.index.embedder.count_tokens)
+                self.index.vectors.delete_papers([pid])  # its old chunk vectors may number more than the new chunks
+                with self._registry_write(), self.db:
+                    self.db.execute("DELETE FROM chunks WHERE paper_id=?", (pid,))
+                    self.db.executemany("INSERT INTO chunks VALUES (?,?,?)", [(pid, i, c) for i, c in enumerate(chunks)])
+                    self.db.execute("UPDATE papers SET n_chunks=? WHERE id=?", (len(chunks), pid))
+            passages.extend((paper, i, chunk) for i, chunk in enumerate(chunks))
+        if passages:
+            space = self.space.check([p for p in papers.values()], passages, self.index.embedder.dim)
+            self._write_vectors(passages)
+            space.done()
+        return len(passages)
+
+    # ---- writing
+    def _unique_title(self, abstract: str, wanted: str, pid: str, derived: bool) -> str:
+        """A title no other lasting paper has.
+
+        Papers this ingest is about to drop (their files are being re-read and their text
+        is gone) don't count: an edited abstract keeps the title a fresh ingest gives it.
+        """
+        taken_sql = (
+            "SELECT 1 FROM papers p WHERE p.title=? AND p.id<>? AND ("
+            " p.hash IN (SELECT hash FROM incoming)"
+            " OR EXISTS (SELECT 1 FROM sources s WHERE s.paper_id=p.id AND s.file NOT IN (SELECT file FROM ingest_files))"
+            " OR NOT EXISTS (SELECT 1 FROM sources s WHERE s.paper_id=p.id)) LIMIT 1"
+        )
+        title = wanted
+        extra = 0
+        while self.db.execute(taken_sql, (title, pid)).fetchone():
+            extra += 1
+            title = derive_title(abstract, extra) if derived and extra <= 2 else f"{wanted} [{pid[:6]}]"
+            if extra > 3:
+                break
+        return title
+
+    def _store_batch(self, batch: list[Paper], progress: Any) -> int:
+        """Embed a batch and write it: vectors to Chroma, then text, FTS rows and counts to the registry.
+
+        Vectors go to the collection with flat metadata (ids, paper, chunk, year, venue),
+        not through llama-index's ``ChromaVectorStore.add``: that stores each chunk's text as a
+        Chroma document (which Chroma also indexes for ``where_document``) plus llama-index's
+        node JSON in its metadata, several times the time and disk per vector (docs/).
+        Chunk texts live in the registry's ``chunks`` table, written in the same
+        transaction as the paper.
+        """
+        passages: list[tuple[Paper, int, str]] = []
+        for paper in batch:
+            for i, chunk in enumerate(chunk_texts(paper.abstract, self.settings.chunk_tokens,
+                                                  self.settings.chunk_overlap, self.index.embedder.count_tokens)):
+                passages.append((paper, i, chunk))
+        space = self.space.check(batch, passages, self.index.embedder.dim)
+        # Intent first: if we die between the vector writes and the registry commit below,
+        # the next ingest finds these ids in ``pending`` and deletes their vectors.
+        try:
+            with self.db:
+                self.db.executemany("INSERT OR IGNORE INTO pending VALUES (?)", [(p.id,) for p in batch])
+        except sqlite3.Error as exc:
+            raise registry_error(self.settings.db_path, exc) from None
+        self._write_vectors(passages)
+        first = int(self.db.execute("SELECT COALESCE(MAX(seq), 0) FROM papers").fetchone()[0]) + 1
+        tokens_of = [keyword_tokens(f"{paper.title}. {paper.abstract}") for paper in batch]
+        # The tantivy copy before the registry: a kill in between leaves the copy ahead, which
+        # the next write notices (``_sync_keyword``) and searches meanwhile do not trust.
+        try:
+            self.index.kw_store.add((first + k, " ".join(tokens)) for k, tokens in enumerate(tokens_of))
+            self.index.kw_store.commit()
+        except Exception as exc:  # tantivy raises ValueError with the OS error in its text
+            if is_disk_full(exc):
+                raise disk_full_error(self.settings.home, "writing the keyword index") from None
+            raise
+        terms: Counter[str] = Counter()
+        with self._registry_write(), self.db:
+            for seq, paper, tokens in zip(range(first, first + len(batch)), batch, tokens_of):
+                chunk_rows = [(paper.id, i, chunk) for p, i, chunk in passages if p is paper]
+                n_chunks = len(chunk_rows)
+                self.db.execute(
+                    "INSERT INTO papers (id, hash, title, abstract, year, venue, authors, url, n_chunks, seq) "
+                    "VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    (paper.id, content_hash(paper.abstract), paper.title, paper.abstract, paper.year, paper.venue,
+                     json.dumps(paper.authors) if paper.authors else None, paper.url, n_chunks, seq),
+                )
+                terms.update(set(tokens))
+                self.db.execute("INSERT INTO papers_fts (rowid, text) VALUES (?, ?)", (seq, " ".join(tokens)))
+                self.db.executemany("INSERT INTO chunks VALUES (?,?,?)", chunk_rows)
+                for src in paper.sources:
+                    file, _, loc = src.rpartition(":")
+                    self.db.execute("INSERT OR IGNORE INTO sources VALUES (?,?,?)", (paper.id, file, loc))
+            self.db.executemany(
+                "INSERT INTO term_df VALUES (?, ?) ON CONFLICT(term) DO UPDATE SET df = df + excluded.df",
+                terms.items(),
+            )
+            self.db.executemany("DELETE FROM pending WHERE paper_id=?", [(p.id,) for p in batch])
+        self.index.forget_counts()
+        space.done()
+        if progress is not None:
+            progress.update(len(batch))
+        return len(passages)
+
+    def _write_vectors(self, passages: list[tuple[Paper, int, str]]) -> None:
+        """Embed (title + chunk) passages and upsert their chunk vectors and, for chunk 0, head vectors."""
+        vectors = self.index.embedder.embed_array([passage_text(paper.title, chunk) for paper, _, chunk in passages])
+        heads = [k for k, (_, i, _) in enumerate(passages) if i == 0]
+        self.index.vectors.upsert("chunks", [f"{p.id}:{i}" for p, i, _ in passages], vectors,
+                            [node_meta(p, i) for p, i, _ in passages])
+        # The paper's head (title + opening) doubles as its whole-paper vector: no extra embedding.
+        self.index.vectors.upsert("docs", [f"{passages[k][0].id}:doc" for k in heads], vectors[heads],
+                            [node_meta(passages[k][0], -1) for k in heads])
+
+    def _registry_write(self) -> AbstractContextManager[None]:
+        return registry_write(self.settings.db_path)
+
+    def ingest(self, paths: Iterable[Path], rebuild: bool = False, show_progress: bool = True) -> IngestReport:
+        """Sync the index with these files: new abstracts added, vanished ones removed.
+
+        Each file is validated in full before anything is written, so bad input never
+        touches the index. Papers from files not named here are left alone.
+        """
+        try:
+            return self._ingest(paths, rebuild, show_progress)
+        finally:
+            self.index.release_writer()
+
+    def _ingest(self, paths: Iterable[Path], rebuild: bool, show_progress: bool) -> IngestReport:
+        t0 = time.perf_counter()
+        files = expand_paths(paths)
+        report = IngestReport(files=len(files))
+        with self._registry_write(), self.db:
+            for table in ("incoming (hash TEXT PRIMARY KEY)", "ingest_files (file TEXT PRIMARY KEY)",
+                          "incoming_ids (id TEXT PRIMARY KEY, hash TEXT NOT NULL, source TEXT NOT NULL)"):
+                self.db.execute(f"CREATE TEMP TABLE IF NOT EXISTS {table}")
+            for table in ("incoming", "ingest_files", "incoming_ids"):
+                self.db.execute(f"DELETE FROM {table}")
+            self.db.executemany("INSERT OR IGNORE INTO ingest_files VALUES (?)", [(str(f.resolve()),) for f in files])
+
+        def note(rec: RawRecord) -> None:
+            h = content_hash(rec.abstract)
+            self.db.execute("INSERT OR IGNORE INTO incoming VALUES (?)", (h,))
+            if rec.id is None:
+                return
+            # One id for two different abstracts in one ingest is an error in the input, not
+            # something to guess about (kept in SQLite: an ingest may carry millions of ids).
+            row = self.db.execute("SELECT hash, source FROM incoming_ids WHERE id=?", (rec.id,)).fetchone()
+            if row is None:
+                self.db.execute("INSERT INTO incoming_ids VALUES (?,?,?)", (rec.id, h, rec.source))
+            elif row["hash"] != h:
+                raise CorpusError(
+                    f"{rec.source}: id {rec.id!r} is already used by {row['source']} for a different abstract; "
+                    "give each abstract its own id (or drop the id to use content hashes)"
+                )
+
+        # One validating pass before any write; it also notes which texts are still wanted.
+        try:
+            n_records = validate(files, note)
+        finally:
+            self.db.commit()  # only the temp tables were written
+        self.index.kw_store.lock()  # a second writer is refused here, before anything is written
+        if rebuild:
+            self.clear()
+        self.index.check_model()
+        # Vectors are derived data: a store that cannot be read is set aside and rebuilt, and
+        # registered papers it lacks (a switched store, a folder deleted by hand) are embedded
+        # again from the registry, before anything new is added.
+        report.reembedded = self._repair(show_progress, full=False).reembedded
+        with self._registry_write(), self.db:
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('embed_model', ?)", (self.settings.embed_model,))
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+            self.db.execute("CREATE TEMP TABLE IF NOT EXISTS seen (paper_id TEXT, file TEXT, loc TEXT)")
+            self.db.execute("CREATE INDEX IF NOT EXISTS temp.seen_paper ON seen(paper_id)")
+            self.db.execute("DELETE FROM seen")
+        progress = progress_bar(n_records, "ingest", show_progress)
+        batch: list[Paper] = []
+        batch_keys: dict[str, Paper] = {}
+        batch_size = max(8, self.settings.embed_batch_size // 2)
+        for file in files:
+            key_file = str(file.resolve())
+            for rec in read_file(file):
+                report.records += 1
+                h = content_hash(rec.abstract)
+                loc = rec.source.rpartition(":")[2]
+                row = self.db.execute("SELECT id FROM papers WHERE hash=?", (h,)).fetchone()
+                pid = row["id"] if row is not None else batch_keys[h].id if h in batch_keys else None
+                if pid is not None:
+                    if self.db.execute("SELECT 1 FROM seen WHERE paper_id=? LIMIT 1", (pid,)).fetchone():
+                        report.duplicates += 1
+                    else:
+                        report.unchanged += 1
+                    if progress is not None:
+                        progress.update(1)
+                else:
+                    paper = to_paper(rec)
+                    paper.sources = [f"{key_file}:{loc}"]
+                    if any(p.id == paper.id for p in batch) or self.db.execute(
+                            "SELECT 1 FROM papers WHERE id=?", (paper.id,)).fetchone():
+                        # The id belongs to an indexed paper with other text (an earlier ingest, or the
+                        # old version of an edited abstract, which this sync drops at its end): ids stay
+                        # unique, and the report says which paper got which id.
+                        renamed = f"{paper.id}-{h[:8]}"
+                        report.renamed.append((paper.id, renamed))
+                        paper.id = renamed
+                    paper.title = self._unique_title(paper.abstract, paper.title, paper.id, rec.title is None)
+                    if any(p.title == paper.title for p in batch):
+                        paper.title = f"{paper.title} [{paper.id[:6]}]"
+                    pid = paper.id
+                    batch.append(paper)
+                    batch_keys[h] = paper
+                    if len(batch) >= batch_size:
+                        report.chunks += self._store_batch(batch, progress)
+                        report.added += len(batch)
+                        batch, batch_keys = [], {}
+                self.db.execute("INSERT INTO seen VALUES (?,?,?)", (pid, key_file, loc))
+        if batch:
+            report.chunks += self._store_batch(batch, progress)
+            report.added += len(batch)
+        if progress is not None:
+            progress.close()
+        removed = self._sync_sources([str(f.resolve()) for f in files])
+        report.removed = len(removed)
+        report.removed_ids = removed
+        report.total = self.index.count()
+        report.seconds = round(time.perf_counter() - t0, 3)
+        return report
+
+    def _drop_unfinished(self) -> None:
+        """Delete vectors a killed ingest wrote for papers it never registered.
+
+        A rerun over the same file overwrites them anyway; this also covers the file
+        having changed (or not being ingested again) in the meantime.
+        """
+        stray = [r[0] for r in self.db.execute("SELECT paper_id FROM pending WHERE paper_id NOT IN (SELECT id FROM papers)")]
+        if stray:
+            self._delete_vectors(stray)
+        with self.db:
+            self.db.execute("DELETE FROM pending")
+
+    def _sync_sources(self, files: list[str]) -> list[str]:
+        """Make the sources of these files exactly what was just read; drop papers left with none."""
+        marks = ",".join("?" * len(files))
+        with self.db:
+            self.db.execute(f"DELETE FROM sources WHERE file IN ({marks})", files)
+            self.db.execute("INSERT OR IGNORE INTO sources SELECT paper_id, file, loc FROM seen")
+            rows = self.db.execute("SELECT id, seq FROM papers WHERE id NOT IN (SELECT paper_id FROM sources)").fetchall()
+            orphans = [r[0] for r in rows]
+            self._forget_terms(orphans)
+            for part, marks in in_batches(orphans):
+                self.db.execute(f"DELETE FROM papers WHERE id IN ({marks})", part)
+        self._deleted([r[1] for r in rows], orphans)
+        return orphans
+
+    def _delete_vectors(self, paper_ids: list[str]) -> None:
+        self.index.vectors.delete_papers(paper_ids)
+
+    def _deleted(self, seqs: list[int], paper_ids: list[str]) -> None:
+        """After the registry's delete has committed: drop the papers' vectors and keyword copies.
+
+        Until the keyword copy commits, its count differs from the registry's and searches do not trust it.
+        """
+        self.index.forget_counts()
+        self._delete_vectors(paper_ids)
+        if seqs:
+            self.index.kw_store.delete(seqs)
+            self.index.kw_store.commit()
+
+    def remove(self, paper_ids: Sequence[str]) -> int:
+        try:
+            return self._remove(paper_ids)
+        finally:
+            self.index.release_writer()
+
+    def _remove(self, paper_ids: Sequence[str]) -> int:
+        self.index.kw_store.lock()
+        rows = [(r[0], int(r[1])) for part, marks in in_batches(list(dict.fromkeys(paper_ids)))
+                for r in self.db.execute(f"SELECT id, seq FROM papers WHERE id IN ({marks})", part)]
+        known = [pid for pid, _ in rows]
+        self._sync_keyword()
+        with self.db:
+            self._forget_terms(known)
+            for pid in known:
+                self.db.execute("DELETE FROM sources WHERE paper_id=?", (pid,))
+                self.db.execute("DELETE FROM papers WHERE id=?", (pid,))
+        self._deleted([seq for _, seq in rows], known)
+        return len(known)
+
+    def clear(self) -> None:
+        """Drop everything (``ingest --rebuild``). Holds the keyword writer until the ingest releases it."""
+        self.index.kw_store.lock()
+        try:
+            self.index.vectors.drop()
+        except VectorStoreError as exc:
+            if not exc.damaged:
+                raise
+            self.notes.append(self.index.vectors.move_aside())
+        with self._registry_write(), self.db:
+            self.db.execute("DELETE FROM sources")
+            self.db.execute("DELETE FROM papers")
+            self.db.execute("DELETE FROM meta")
+            self.db.execute("DELETE FROM papers_fts")
+            self.db.execute("DELETE FROM chunks")
+            self.db.execute("DELETE FROM pending")
+            self.db.execute("DELETE FROM term_df")
+            self.db.execute("INSERT INTO meta VALUES ('term_df', '1')")
+            self.db.execute("INSERT INTO meta VALUES ('vector_epoch', ?)", (f"{time.time():.6f}",))
+        self.index.kw_store.clear()
+        self.index.forget_counts()
+
+    def _sync_keyword(self, show_progress: bool = False) -> None:
+        """Before a write: rebuild the tantivy copy from the registry's text if the two disagree.
+
+        They disagree after a kill between the copy's commit and the registry's, or after a
+        removal cut short, and when an index made before the copy existed is first written.
+        """
+        kw = self.index.kw_store
+        want = self.index.keyword_state()
+        if kw.state() == want:
+            return
+        kw.clear()
+        progress = progress_bar(want[0], "keyword index", show_progress and want[0] > 0)
+        rows: list[tuple[int, str]] = []
+        for row in self.db.execute("SELECT rowid, text FROM papers_fts"):
+            rows.append((int(row[0]), row[1]))
+            if len(rows) == 2000:
+                kw.add(rows)
+                if progress is not None:
+                    progress.update(len(rows))
+                rows = []
+        kw.add(rows)
+        kw.commit()
+        if progress is not None:
+            progress.update(len(rows))
+            progress.close()
+        self.index.forget_counts()
+
+
+def verify_index(settings: Settings) -> dict[str, Any]:
+    """Registry, vectors and keyword copy agree: every paper's chunks present once, nothing without a paper.
+
+    Read straight from the files (not through an ``Index``), as a check after a kill must.
+    """
+    from rag_papers.keyword import KeywordStore
+
+    con = sqlite3.connect(settings.db_path)
+    rows = con.execute("SELECT id, n_chunks, seq FROM papers").fetchall()
+    papers = {pid: n for pid, n, _ in rows}
+    seqs = {int(seq) for _, _, seq in rows}
+    texts = {f"{pid}:{i}" for pid, i in con.execute("SELECT paper_id, i FROM chunks")}  # (paper_id, i) is the key
+    con.close()
+    kw_seqs = KeywordStore(settings.keyword_path).seqs()
+    store = VectorStore(settings)
+    try:
+        col = store.collection("chunks")
+        ids: list[str] = []
+        total = col.count()
+        for off in range(0, total, 5000):
+            ids += col.get(limit=5000, offset=off, include=[])["ids"]
+        doc_vectors = store.count("docs")
+    finally:
+        store.close()
+    expected = {f"{pid}:{i}" for pid, n in papers.items() for i in range(n)}
+    have = set(ids)
+    return {
+        "papers": len(papers),
+        "chunk_vectors": len(ids),
+        "duplicate_chunk_ids": len(ids) - len(have),
+        "missing_chunks": len(expected - have),
+        "orphan_vectors": len(have - expected),
+        "missing_texts": len(expected - texts),
+        "orphan_texts": len(texts - expected),
+        "doc_vectors": doc_vectors,
+        "keyword_docs": len(kw_seqs),
+        "keyword_missing": len(seqs - set(kw_seqs)),
+        "keyword_orphans": len(set(kw_seqs) - seqs),
+    }
+
+
+def index_complete(check: dict[str, Any], n: int) -> bool:
+    """``verify_index`` found all ``n`` papers, each chunk (vector and text) and keyword copy once, and nothing else."""
+    return check["papers"] == n and check["duplicate_chunk_ids"] == 0 and check["missing_chunks"] == 0 \
+        and check["orphan_vectors"] == 0 and check["doc_vectors"] == n \
+        and check["missing_texts"] == 0 and check["orphan_texts"] == 0 \
+        and check["keyword_docs"] == n and check["keyword_missing"] == 0 and check["keyword_orphans"] == 0
