@@ -42,7 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent  # as rag_papers.config has it, without importing pydantic
+from rag_papers.paths import checkout_eval_dir
 
 TARGETS = {
     "query_p50_big_ms": 30.0,
@@ -895,10 +895,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="our pipeline's embedding backend (default: settings)")
     p.add_argument("--workdir", type=Path, help="where corpora and indexes go (default: a temporary folder)")
     p.add_argument("--keep", action="store_true", help="keep the indexes built")
-    p.add_argument("--out", type=Path, default=PROJECT_ROOT / "eval" / "results" / "bench.json")
+    p.add_argument("--out", type=Path,
+                   help="results JSON, a .md beside it (default: eval/results/bench.json in a source checkout, "
+                   "else HOME/bench.json)")
+
+
+def default_out() -> Path:
+    """The checkout's eval/results/bench.json; an installed package writes to its data dir, never into site-packages."""
+    eval_dir = checkout_eval_dir()
+    if eval_dir is not None:
+        return eval_dir / "results" / "bench.json"
+    from rag_papers.config import default_home
+
+    return default_home() / "bench.json"
 
 
 def run_cli(args: argparse.Namespace) -> int:
+    if args.out is None:
+        args.out = default_out()
     bench = Bench(args)
     bench.log(f"work folder {bench.work}; backend {bench.backend}")
     try:

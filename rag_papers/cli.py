@@ -109,8 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
 
     p = sub.add_parser("eval", help="score retrieval (and optionally answers) on Q&A pairs")
-    p.add_argument("--qa", type=Path, help="Q&A file (default: eval/qa.jsonl)")
-    p.add_argument("--out", type=Path, help="results folder (default: eval/results)")
+    p.add_argument("--qa", type=Path, help="Q&A file (default: eval/qa.jsonl of a source checkout)")
+    p.add_argument("--out", type=Path, help="results folder (default: eval/results of a source checkout, else HOME/eval)")
     p.add_argument("--configs", help="comma-separated configurations (default: naive,dense,bm25,rrf,hybrid)")
     p.add_argument("--answers", action="store_true", help="also score answers' citations and refusals")
     p.add_argument("--llm", help="backend for --answers (default: auto)")

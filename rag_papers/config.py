@@ -18,7 +18,9 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+from rag_papers import paths
+from rag_papers.paths import PROJECT_ROOT as PROJECT_ROOT  # re-exported: tests and app scripts locate the checkout
+
 SCHEMA_VERSION = 1
 
 RetrievalMode = Literal["hybrid", "dense", "bm25"]
@@ -52,8 +54,11 @@ class Settings(BaseSettings):
         default=None, description="Use a Chroma server (http://host:port) instead of the embedded store."
     )
     collection: str = Field(default="papers", description="Chroma collection name (3+ chars).")
-    seeds_dir: Path = Field(default=PROJECT_ROOT / "seeds", description="Default corpus.")
-    prompts_dir: Path = Field(default=PROJECT_ROOT / "prompts", description="Prompt templates.")
+    # Package data in an install, the checkout's top-level folders in an editable one (rag_papers/paths.py).
+    seeds_dir: Path = Field(default_factory=paths.seeds_dir, description="Default corpus (default: the shipped seeds).")
+    prompts_dir: Path = Field(
+        default_factory=paths.prompts_dir, description="Prompt templates (default: the shipped prompts)."
+    )
     min_free_mb: int = Field(
         default=16, ge=0, description="Free space (MB) an ingest keeps in the data directory: it stops cleanly before a batch would leave less."
     )

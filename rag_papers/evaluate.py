@@ -18,6 +18,7 @@ from typing import Any
 
 from rag_papers import RagPapersError
 from rag_papers.config import PROJECT_ROOT, Settings
+from rag_papers.paths import checkout_eval_dir
 
 KINDS = ("lexical", "paraphrase", "multi", "offtopic")
 DEFAULT_CONFIGS = ("naive", "dense", "bm25", "rrf", "hybrid")
@@ -393,9 +394,25 @@ def run_eval(
     return report
 
 
+def default_paths(settings: Settings) -> tuple[Path | None, Path]:
+    """(Q&A file, results folder) when none is given: the checkout's eval/ folder.
+
+    An installed package does not ship eval/ (it is the project's measurement kit, not the app's data): there is
+    no default Q&A file, and results go to HOME/eval rather than into site-packages.
+    """
+    eval_dir = checkout_eval_dir()
+    if eval_dir is None:
+        return None, settings.home / "eval"
+    return eval_dir / "qa.jsonl", eval_dir / "results"
+
+
 def run_cli(args: argparse.Namespace, settings: Settings) -> int:
-    qa = args.qa or PROJECT_ROOT / "eval" / "qa.jsonl"
-    out = args.out or PROJECT_ROOT / "eval" / "results"
+    default_qa, default_out = default_paths(settings)
+    qa = args.qa or default_qa
+    if qa is None:
+        raise RagPapersError("no Q&A file: eval/qa.jsonl comes with the source checkout, not the installed package; "
+                             "pass --qa FILE (JSONL lines with id, question, gold, kind)")
+    out = args.out or default_out
     configs = [c.strip() for c in (args.configs or ",".join(DEFAULT_CONFIGS)).split(",") if c.strip()]
     report = run_eval(settings, qa, out, configs, args.answers, args.llm, args.model)
     if args.json:

@@ -31,8 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent  # as rag_papers.config has it, without importing pydantic
-
 MIN_WORDS = 150
 MAX_WORDS = 300
 
@@ -507,8 +505,9 @@ def synth_record(i: int, seed: int = 0) -> dict[str, Any]:
 def seed_records(seeds_dir: Path | None = None) -> list[dict[str, Any]]:
     """The shipped seed abstracts as JSONL records: no id (content hash), the title ingest derives."""
     from rag_papers.corpus import derive_title, expand_paths, read_file
+    from rag_papers.paths import seeds_dir as shipped_seeds
 
-    folder = seeds_dir or PROJECT_ROOT / "seeds"
+    folder = seeds_dir or shipped_seeds()
     out = []
     for path in expand_paths([folder]):
         for rec in read_file(path):

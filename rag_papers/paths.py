@@ -1,0 +1,49 @@
+"""Where the shipped data lies: inside the installed package, or in the source checkout's top-level folders.
+
+A wheel carries ``prompts/`` and ``seeds/`` as package data (pyproject.toml maps the top-level folders to
+``rag_papers/prompts`` and ``rag_papers/seeds``), read through ``importlib.resources``. Run from the repository
+(an editable install, or PYTHONPATH) the package folder has no such subfolders and the top-level ones are used.
+No pydantic here: ``synth`` and ``bench`` import this from their light entry points.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+PACKAGE = "rag_papers"
+# The repository when running from a checkout; site-packages in an installed wheel (use only through the helpers).
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def shipped_dir(name: str) -> Path:
+    """The packaged ``name`` folder as a real path, else the checkout's top-level one.
+
+    Chroma, the corpus readers and the prompt loader want paths, not Traversables: a wheel installs onto disk,
+    so ``files()`` is a Path there. A package imported from a zip has no such folder and falls back too (the
+    error that follows names the missing path and the setting to point elsewhere).
+    """
+    packaged = resources.files(PACKAGE) / name
+    if isinstance(packaged, Path) and packaged.is_dir():
+        return packaged
+    return PROJECT_ROOT / name
+
+
+def prompts_dir() -> Path:
+    """Default prompt templates (the ``prompts_dir`` setting overrides it)."""
+    return shipped_dir("prompts")
+
+
+def seeds_dir() -> Path:
+    """Default corpus, the ICLR 2026 seed abstracts (the ``seeds_dir`` setting overrides it)."""
+    return shipped_dir("seeds")
+
+
+def checkout_eval_dir() -> Path | None:
+    """The source checkout's ``eval/`` folder (Q&A pairs, recorded results); None in an installed package.
+
+    eval/ is the project's measurement kit and is not shipped: an installed package asks for ``--qa`` and writes
+    its results under the data directory rather than into site-packages.
+    """
+    folder = PROJECT_ROOT / "eval"
+    return folder if (PROJECT_ROOT / "pyproject.toml").is_file() and folder.is_dir() else None
