@@ -1,6 +1,6 @@
 # Quick start:  make chat   (set up, index the seeds, open the chat UI)
 #               make test   (set up with test tools, run lint, types and tests)
-.PHONY: setup setup-dev chat test test-fast lint bench
+.PHONY: setup setup-dev chat test test-fast lint check format bench
 # The suite runs on every core (at most 4 workers): most tests wait on subprocesses, servers and a browser.
 PYTEST = .venv/bin/python -m pytest -q -ra -n auto --maxprocesses 4
 
@@ -14,11 +14,22 @@ chat: setup
 	.venv/bin/rag-papers ingest
 	.venv/bin/rag-papers chat
 
+SOURCES = rag_papers tests app.py eval
+
 lint:
-	.venv/bin/ruff check rag_papers tests app.py eval
+	.venv/bin/ruff check $(SOURCES)
 	.venv/bin/mypy rag_papers app.py tests
 
-test: setup-dev lint
+# What CI checks before the tests: formatting, lint, and strict types on the package.
+check: lint
+	.venv/bin/ruff format --check $(SOURCES)
+	.venv/bin/mypy --strict rag_papers
+
+format:
+	.venv/bin/ruff format $(SOURCES)
+	.venv/bin/ruff check --fix $(SOURCES)
+
+test: setup-dev check
 	$(PYTEST)
 
 # The inner loop: no browser, no bench, no end-to-end runs of the console script with models.

@@ -479,7 +479,7 @@ class Bench:
             res = run_measured([*cli_command(), "search", q, "--json"], self.env(home))
             if res["rc"] != 0:
                 raise RuntimeError(f"rag-papers search failed: {res['stderr'][-800:]}")
-            times.append(res["wall_s"])
+            times.append(float(res["wall_s"]))
         return round(statistics.median(times), 3)
 
     def baseline(self, n: int, corpus: Path, queries: list[str], titles: list[str]) -> dict[str, Any]:
@@ -507,7 +507,7 @@ class Bench:
         return out
 
     def help_time(self) -> float:
-        times = [run_measured([*cli_command(), "--help"], child_env())["wall_s"] for _ in range(5)]
+        times = [float(run_measured([*cli_command(), "--help"], child_env())["wall_s"]) for _ in range(5)]
         return round(statistics.median(times), 3)
 
     def with_server(self, fn: Callable[[str], Any]) -> Any:

@@ -668,7 +668,6 @@ def verify_index(settings: Settings) -> dict[str, Any]:
 
 def index_complete(check: dict[str, Any], n: int) -> bool:
     """``verify_index`` found all ``n`` papers, each chunk (vector and text) and keyword copy once, and nothing else."""
-    return check["papers"] == n and check["duplicate_chunk_ids"] == 0 and check["missing_chunks"] == 0 \
-        and check["orphan_vectors"] == 0 and check["doc_vectors"] == n \
-        and check["missing_texts"] == 0 and check["orphan_texts"] == 0 \
-        and check["keyword_docs"] == n and check["keyword_missing"] == 0 and check["keyword_orphans"] == 0
+    zero = ("duplicate_chunk_ids", "missing_chunks", "orphan_vectors", "missing_texts", "orphan_texts",
+            "keyword_missing", "keyword_orphans")
+    return bool(check["papers"] == n == check["doc_vectors"] == check["keyword_docs"]) and all(check[k] == 0 for k in zero)

@@ -1211,7 +1211,7 @@ class ChatApp:
                 cancels=[answer_typed, answer_example],
             )
             picker.input(self.select_source, [picker, state], [panel, state], queue=False, api_visibility="private")
-            panel.cite(self.on_cite, [state], [panel, picker, state], queue=False, api_visibility="private")  # type: ignore[attr-defined]
+            panel.cite(self.on_cite, [state], [panel, picker, state], queue=False, api_visibility="private")
             show_rewrite.change(
                 self.toggle_rewrite, [show_rewrite, state], [chatbot, state], queue=False, api_visibility="private"
             )
@@ -1237,9 +1237,10 @@ class ChatApp:
                 concurrency_id="generate",
                 concurrency_limit=4,
             )
-            gr.api(self.api_search, api_name="search", concurrency_id="search", concurrency_limit=16)
+            gr.api(self.api_search, api_name="search", concurrency_id="search", concurrency_limit=16)  # type: ignore[attr-defined]
         demo.queue(default_concurrency_limit=8)
-        return demo
+        blocks: gr.Blocks = demo
+        return blocks
 
 
 # ------------------------------------------------------------------ entry points

@@ -282,8 +282,8 @@ class VectorStore:
         file (a pickle cut short by a full disk) shows up only then.
         """
         for which in ("chunks", "docs"):
-            col = self.collection(which)  # type: ignore[arg-type]
-            with self.guard(f"reading collection {self.names()[which]!r}"):  # type: ignore[index]
+            col = self.collection(which)
+            with self.guard(f"reading collection {self.names()[which]!r}"):
                 dim = self._dim(col)
                 if col.count() and dim:
                     col.query(query_embeddings=[[1.0] + [0.0] * (dim - 1)], n_results=1, include=["distances"])
@@ -339,7 +339,7 @@ class VectorStore:
         for start in range(0, len(paper_ids), 200):
             part = list(paper_ids[start : start + 200])
             for which in ("chunks", "docs"):
-                col = self.collection(which)  # type: ignore[arg-type]
+                col = self.collection(which)
                 with self.guard("deleting vectors"):
                     col.delete(where={"document_id": {"$in": part}})
 

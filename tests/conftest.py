@@ -54,6 +54,17 @@ class FakeBackend:
 register_backend("fake", lambda settings, model: FakeBackend())
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that drive Chromium are ``browser`` tests, and tests on a `chroma run` server ``slow``,
+    whether or not they say so: ``make test-fast`` leaves both out."""
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        if "page" in names or "browser" in names:
+            item.add_marker(pytest.mark.browser)
+        if "chroma_server" in names:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def _model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """ONNX exports shared by the whole session: exporting costs ~15 s, once."""

@@ -26,6 +26,8 @@ from conftest import SEEDS, VENV_BIN, free_port, wait_http
 
 from rag_papers.config import Settings
 
+pytestmark = pytest.mark.slow  # every product test runs the console script under strace
+
 TRACED = "connect,sendto,sendmsg,sendmmsg"
 # One socket address as strace prints it, IPv4 or IPv6 (the port first, then the address).
 _ADDR = re.compile(
