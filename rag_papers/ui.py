@@ -53,7 +53,7 @@ from rag_papers.answer import Answer
 from rag_papers.chat import ChatSession, Engine
 from rag_papers.config import Settings
 from rag_papers.corpus import Paper
-from rag_papers.llm import LLMError, allowed_models, backend_names, get_backend, resolve_model
+from rag_papers.llm import ExtractiveBackend, LLMError, allowed_models, backend_names, get_backend, resolve_model
 from rag_papers.retrieve import Filters, SearchResult
 
 log = logging.getLogger(__name__)
@@ -561,7 +561,7 @@ def backend_status(settings: Settings, name: str | None, model: str | None) -> t
         backend, why = get_backend(settings, name or None, (model or "").strip() or None)
     except RagPapersError as exc:
         return str(exc), "bad"
-    if backend is not None:
+    if not backend.extractive:
         return why, "ok"
     if (name or settings.llm) == "extractive":
         return "Extractive answers: quotes from the abstracts, no LLM", "ok"
@@ -763,7 +763,7 @@ class ChatApp:
         if state is None or pending is None or ex is None:
             return self._skip()
         try:
-            ex.standalone = state.session.condense(ex.question, None)
+            ex.standalone = state.session.condense(ex.question, ExtractiveBackend())  # a search waits for no LLM
             result = self.engine.search(ex.standalone, int(top_k), self.filters(year_from, year_to, venue, keyword))
             ex.items = self._items_from_result(result, int(top_k))
             ex.relevant = result.relevant
@@ -830,7 +830,8 @@ class ChatApp:
             backend, _note = self.engine.backend(backend_name or None, (model or "").strip() or None)
             standalone, stream = state.session.ask(ex.question, backend, "", top_k, filters)
             ex.standalone = standalone
-            # Provisional sources (the prompt's papers, in order) so citations work while streaming.
+            # Provisional sources (the prompt's papers, in order) so citations work while streaming:
+            # the search returned top_k papers, of which the prompt takes context_papers at most.
             limit = self.settings.context_papers
             ex.items = self._items_from_result(stream.result, limit) if stream.result.relevant else []
             state.view = (index, 1) if ex.items else state.view
@@ -1127,7 +1128,13 @@ class ChatApp:
                             )
                         refresh = gr.Button("↻ Check LLM", size="sm")
                         top_k = gr.Slider(
-                            1, 20, value=s.top_k, step=1, label="Papers retrieved (top k)", elem_id="rp-topk"
+                            1,
+                            20,
+                            value=s.top_k,
+                            step=1,
+                            label="Papers retrieved (top k)",
+                            info=f"Search results; an answer reads at most {s.context_papers} of them (context_papers).",
+                            elem_id="rp-topk",
                         )
                         year_choices: list[Any] = [ANY, *self.years]
                         with gr.Row(visible=bool(self.years)):

@@ -33,6 +33,7 @@ class FakeBackend:
     name = "fake"
     model = "fake-1"
     context_window = 4096
+    extractive = False
 
     def __init__(self, reply: str | Callable[[list[Message]], str] = "Fake answer [1].", delay: float = 0.0) -> None:
         self.reply = reply

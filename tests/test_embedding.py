@@ -20,6 +20,7 @@ from rag_papers.embedding import (
     SPLIT_MODELS,
     Embedder,
     OnnxEmbedder,
+    TorchEmbedder,
     assemble_split_model,
     export_info,
     export_onnx,
@@ -42,7 +43,7 @@ TEXTS = [
 @pytest.fixture(scope="session")
 def torch_ref(embedder: Any) -> Embedder:
     """The sentence-transformers reference (conftest's ``embedder`` when it is the torch one)."""
-    return embedder if getattr(embedder, "backend", "") == "torch" else Embedder(MODEL)
+    return embedder if getattr(embedder, "backend", "") == "torch" else TorchEmbedder(MODEL)
 
 
 @pytest.fixture(scope="session")
@@ -139,7 +140,8 @@ def test_load_embedder_picks_the_backend(
 
 
 def test_llama_index_adapter(onnx_fp32: OnnxEmbedder) -> None:
-    emb = onnx_fp32._emb
+    emb = onnx_fp32.llama_index()
+    assert onnx_fp32.llama_index() is emb  # made once
     assert emb.get_query_embedding("graphs") == onnx_fp32.embed_query("graphs")
     assert len(emb.get_text_embedding_batch(["a b", "c d"])) == 2
 

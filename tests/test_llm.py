@@ -15,7 +15,16 @@ from rag_papers import RagPapersError
 from rag_papers.chat import Engine
 from rag_papers.config import Settings
 from rag_papers.corpus import content_hash
-from rag_papers.llm import LlamaCppBackend, LLMError, OllamaBackend, estimate_tokens, get_backend, smollm2_path
+from rag_papers.llm import (
+    ExtractiveBackend,
+    LlamaCppBackend,
+    LLMError,
+    OllamaBackend,
+    backend_names,
+    estimate_tokens,
+    get_backend,
+    smollm2_path,
+)
 
 MODEL = "llama3.2:3b"
 ABBA_Q = "What does ABBA claim?"
@@ -67,7 +76,7 @@ def test_unavailable_when_the_model_is_missing(settings: Settings) -> None:
         with pytest.raises(LLMError, match=re.escape(f"ollama pull {MODEL}")):
             get_backend(settings, "ollama")
         backend, note = get_backend(settings, "auto")
-        assert backend is None and f"ollama pull {MODEL}" in note and "extractive" in note
+        assert isinstance(backend, ExtractiveBackend) and f"ollama pull {MODEL}" in note and "extractive" in note
 
 
 def test_unavailable_when_no_server(settings: Settings) -> None:
@@ -76,13 +85,18 @@ def test_unavailable_when_no_server(settings: Settings) -> None:
     assert ok is False and "ollama serve" in why and settings.ollama_host in why
     with pytest.raises(LLMError, match="ollama serve"):
         get_backend(settings, "ollama")
-    assert get_backend(settings, "auto")[0] is None
+    assert isinstance(get_backend(settings, "auto")[0], ExtractiveBackend)
 
 
 def test_backend_registry(settings: Settings) -> None:
     backend, _ = get_backend(settings, "fake")
     assert isinstance(backend, FakeBackend)
-    assert get_backend(settings, "extractive")[0] is None
+    extractive, why = get_backend(settings, "extractive")
+    assert isinstance(extractive, ExtractiveBackend) and why == "extractive answers (no LLM)"
+    assert (extractive.name, extractive.model, extractive.extractive) == ("extractive", None, True)
+    assert backend.extractive is False and "extractive" in backend_names()
+    with pytest.raises(LLMError, match="generates no text"):  # the answer stage quotes instead of streaming
+        extractive.stream([{"role": "user", "content": "hi"}], 10)
     with pytest.raises(RagPapersError, match="unknown LLM backend 'nope'.*ollama.*llamacpp.*extractive"):
         get_backend(settings, "nope")
 
@@ -94,7 +108,7 @@ def test_ollama_answer_streams_with_citations_checked(stub: OllamaStub, engine: 
     ollama_engine(engine, stub.url)
     engine.settings.source_min_ratio = 0.0  # all top-5 papers in the prompt, so [2] is valid
     backend, _ = get_backend(engine.settings, "ollama")
-    assert backend is not None
+    assert not backend.extractive
     stream = engine.ask(ABBA_Q, backend)
     chunks = list(stream)
     answer = stream.answer

@@ -15,7 +15,7 @@ from rag_papers.answer import CitationFilter
 from rag_papers.chat import Engine
 from rag_papers.config import PROJECT_ROOT, Settings
 from rag_papers.corpus import content_hash, derive_title
-from rag_papers.llm import estimate_tokens
+from rag_papers.llm import ExtractiveBackend, estimate_tokens
 from rag_papers.retrieve import Filters
 
 ABBA_Q = "What does ABBA claim?"
@@ -257,6 +257,27 @@ def test_context_budget_fits_as_many_sources_as_the_window_allows(engine: Engine
     assert counts[-1] == engine.settings.context_papers == 5
 
 
+# ------------------------------------------------------------------ top_k and context_papers
+def test_top_k_is_the_papers_retrieved_and_context_papers_caps_the_prompt(engine: Engine) -> None:
+    """top_k papers are retrieved; the first min(top_k, context_papers) are the prompt and the answer's sources."""
+    engine.settings.source_min_ratio = 0.0  # no paper left out for scoring low: the counts are top_k's
+    fake = FakeBackend(reply="ABBA [1][3].")
+    stream = engine.ask(ABBA_Q, fake, top_k=2)
+    answer = stream.run()
+    assert [h.id for h in stream.result.results] == [s.id for s in answer.sources]
+    assert len(answer.sources) == 2 and answer.sources[0].id == ABBA_ID
+    (messages,) = fake.calls
+    assert "[2] " in messages[1]["content"] and "[3] " not in messages[1]["content"]
+    assert answer.removed_citations == ["[3]"]  # a third paper was never given
+
+    engine.settings.context_papers = 3
+    stream = engine.ask(ABBA_Q, FakeBackend(reply="ABBA [1]."), top_k=8)
+    answer = stream.run()
+    assert len(stream.result.results) == 8  # all retrieved (the answer's ``search`` has them) ...
+    assert answer.search is not None and len(answer.search["results"]) == 8
+    assert [s.id for s in answer.sources] == [h.id for h in stream.result.results[:3]]  # ... three read
+
+
 # ------------------------------------------------------------------ prompts come from files
 def test_prompts_are_read_from_prompts_dir(engine: Engine, tmp_path: Path) -> None:
     prompts = tmp_path / "prompts"
@@ -279,7 +300,7 @@ def test_prompts_are_read_from_prompts_dir(engine: Engine, tmp_path: Path) -> No
 
 # ------------------------------------------------------------------ extractive (no LLM)
 def test_extractive_answer_quotes_and_cites_given_sources(engine: Engine) -> None:
-    stream = engine.ask(ABBA_Q, None)
+    stream = engine.ask(ABBA_Q, ExtractiveBackend())
     streamed = "".join(stream)
     answer = stream.answer
     assert answer is not None
@@ -310,6 +331,40 @@ def test_cli_ask_json_falls_back_to_extractive(seeded: Settings) -> None:
     assert obj["citations"] and set(obj["citations"]) <= {s["id"] for s in obj["sources"]}
     assert "retrieval_ms" in obj["timings"]
     assert obj["notice"] and "ollama serve" in obj["notice"]
+
+
+def test_cli_ask_top_k_limits_the_sources(seeded: Settings) -> None:
+    """``ask --top-k 2``: two papers retrieved, so at most two sources (context_papers is 5)."""
+    every_source = {"RAG_PAPERS_SOURCE_MIN_RATIO": "0"}  # without --top-k, all five would be sources
+    res = run_cli("ask", "--json", "--llm", "extractive", "--top-k", "2", ABBA_Q, env=every_source)
+    assert res.returncode == 0, res.stderr
+    obj = json.loads(res.stdout)
+    assert [s["n"] for s in obj["sources"]] == [1, 2] and obj["sources"][0]["id"] == ABBA_ID
+    assert obj["backend"] == "extractive" and set(obj["citations"]) <= {s["id"] for s in obj["sources"]}
+
+
+def test_cli_and_bench_choices_are_the_settings_types() -> None:
+    """One definition: the flags offer exactly what the ``Settings`` fields accept, and every preset."""
+    import argparse
+    from typing import get_args
+
+    from rag_papers import bench
+    from rag_papers.cli import build_parser
+    from rag_papers.config import PRESETS
+
+    def actions(p: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+        return {a.dest: a for a in p._actions}
+
+    (subs,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    search = actions(subs.choices["search"])
+    bench_parser = argparse.ArgumentParser()
+    bench.add_arguments(bench_parser)
+    embed = get_args(Settings.model_fields["embed_backend"].annotation)
+    assert embed and tuple(search["embed_backend"].choices or ()) == embed
+    assert tuple(actions(bench_parser)["embed_backend"].choices or ()) == embed
+    assert actions(bench_parser)["embed_backends"].default == ",".join(embed)
+    assert tuple(search["retrieval"].choices or ()) == get_args(Settings.model_fields["retrieval"].annotation)
+    assert str(search["preset"].help).endswith(", ".join(PRESETS))
 
 
 def test_a_stopped_answer_is_no_answer_and_no_turn(engine: Engine) -> None:

@@ -286,6 +286,28 @@ def test_api_ask_and_search(server: Served) -> None:
     assert client.predict("", api_name="/search") == {"error": "empty query"}
 
 
+def test_top_k_slider_and_api_limit_the_answer_sources(engine: Any) -> None:
+    """The slider's top_k reaches the answer: 2 papers retrieved, 2 sources, while streaming and after."""
+    from rag_papers.ui import ChatApp
+
+    engine.settings.source_min_ratio = 0.0  # without the slider's limit, all five would be sources
+    app = ChatApp(engine.settings, engine)
+    out, _ = app.api_ask("What does ABBA claim?", "extractive", "", 2, None)
+    assert out["backend"] == "extractive" and len(out["sources"]) == 2
+    assert out["sources"][0]["title"].startswith("ABBA")
+
+    state = app.new_state()
+    app.accept("What does ABBA claim?", state, False)
+    steps = app.run_answer(0, state, "extractive", "", 2, None, None, None, "")
+    next(steps)  # the provisional sources, shown while the answer streams
+    ex = state.exchanges[0]
+    assert not ex.error and ex.answer is None and [it.n for it in ex.items] == [1, 2]
+    for _ in steps:
+        pass
+    assert ex.answer is not None and [s.n for s in ex.answer.sources] == [1, 2]
+    assert [it.n for it in ex.items] == [1, 2]
+
+
 def test_sessions_keep_separate_histories(server: Served) -> None:
     """Two clients talk at once; each follow-up is condensed against its own conversation only."""
     from concurrent.futures import ThreadPoolExecutor

