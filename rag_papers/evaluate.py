@@ -71,8 +71,12 @@ def load_qa(path: Path) -> list[Question]:
             continue
         try:
             obj = json.loads(line)
-            q = Question(str(obj["id"]), str(obj["question"]), [str(g) for g in obj.get("gold", [])],
-                         str(obj.get("kind") or ("offtopic" if not obj.get("gold") else "lexical")))
+            q = Question(
+                str(obj["id"]),
+                str(obj["question"]),
+                [str(g) for g in obj.get("gold", [])],
+                str(obj.get("kind") or ("offtopic" if not obj.get("gold") else "lexical")),
+            )
         except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
             raise RagPapersError(f"{path}:{lineno}: bad Q&A line ({exc}); expected id, question, gold, kind") from None
         if not q.question.strip():
@@ -197,8 +201,9 @@ def score_config(name: str, ranker: Ranker, questions: list[Question], k: int = 
             qrels.append(ir_measures.Qrel(q.id, g, 1))
         for i, (pid, _score) in enumerate(ranked):
             run.append(ir_measures.ScoredDoc(q.id, pid, float(len(ranked) - i)))  # rank order, ties impossible
-        out.per_question.append({"id": q.id, "kind": q.kind, "gold": q.gold, "ranked": [p for p, _ in ranked],
-                                 "relevant": relevant})
+        out.per_question.append(
+            {"id": q.id, "kind": q.kind, "gold": q.gold, "ranked": [p for p, _ in ranked], "relevant": relevant}
+        )
     per_q: dict[str, dict[str, float]] = {}
     answerable = [q for q in questions if q.gold]
     for m in ir_measures.iter_calc(measures, qrels, run):
@@ -219,7 +224,8 @@ def score_config(name: str, ranker: Ranker, questions: list[Question], k: int = 
         "refusal_recall": round(sum(1 for q in off if not relevant_flags[q.id]) / len(off), 4) if off else 0.0,
         "refusal_precision": round(sum(1 for q in refused if not q.gold) / len(refused), 4) if refused else 1.0,
         "false_refusal_rate": round(sum(1 for q in answerable if not relevant_flags[q.id]) / len(answerable), 4)
-        if answerable else 0.0,
+        if answerable
+        else 0.0,
     }
     if off and answerable and len(evidences) == len(questions):
         out.refusal.update(fit_floor([evidences[q.id] for q in answerable], [evidences[q.id] for q in off]))
@@ -257,12 +263,18 @@ def score_answers(engine: Any, questions: list[Question], llm: str | None, model
         ans = engine.ask(q.question, backend, note).run()
         cited = set(ans.citations)
         gold = set(q.gold)
-        rows.append({
-            "id": q.id, "kind": q.kind, "refused": ans.refused, "citations": ans.citations,
-            "precision": len(cited & gold) / len(cited) if cited else None,
-            "recall": len(cited & gold) / len(gold) if gold else None,
-            "removed": len(ans.removed_citations), "n_citations": len(ans.citations) + len(ans.removed_citations),
-        })
+        rows.append(
+            {
+                "id": q.id,
+                "kind": q.kind,
+                "refused": ans.refused,
+                "citations": ans.citations,
+                "precision": len(cited & gold) / len(cited) if cited else None,
+                "recall": len(cited & gold) / len(gold) if gold else None,
+                "removed": len(ans.removed_citations),
+                "n_citations": len(ans.citations) + len(ans.removed_citations),
+            }
+        )
     answerable = [r for r in rows if r["kind"] != "offtopic"]
     off = [r for r in rows if r["kind"] == "offtopic"]
     precs = [r["precision"] for r in answerable if r["precision"] is not None]
@@ -310,31 +322,45 @@ def table(results: list[ConfigResult]) -> str:
 
 
 def markdown(results: list[ConfigResult], meta: dict[str, Any], answers: dict[str, Any] | None) -> str:
-    out = [f"# Retrieval evaluation\n\n{meta['questions']} questions from `{meta['qa']}` over {meta['papers']} papers; "
-           f"{meta['date']}, {meta['seconds']:.1f} s.\n"]
-    out.append("| config | kind | n | hit@1 | recall@5 | recall@10 | MRR | nDCG@10 |\n|---|---|---|---|---|---|---|---|")
+    out = [
+        f"# Retrieval evaluation\n\n{meta['questions']} questions from `{meta['qa']}` over {meta['papers']} papers; "
+        f"{meta['date']}, {meta['seconds']:.1f} s.\n"
+    ]
+    out.append(
+        "| config | kind | n | hit@1 | recall@5 | recall@10 | MRR | nDCG@10 |\n|---|---|---|---|---|---|---|---|"
+    )
     for r in results:
         for kind, m in r.metrics.items():
-            out.append(f"| {r.name} | {kind} | {int(m['n'])} | {m['hit@1']:.3f} | {m['recall@5']:.3f} | "
-                       f"{m['recall@10']:.3f} | {m['MRR']:.3f} | {m['nDCG@10']:.3f} |")
-    out.append("\n| config | refusal recall (off-topic) | refusal precision | false refusals (answerable) | p50 ms | p95 ms "
-               "| fitted floor | refusal recall at it |")
+            out.append(
+                f"| {r.name} | {kind} | {int(m['n'])} | {m['hit@1']:.3f} | {m['recall@5']:.3f} | "
+                f"{m['recall@10']:.3f} | {m['MRR']:.3f} | {m['nDCG@10']:.3f} |"
+            )
+    out.append(
+        "\n| config | refusal recall (off-topic) | refusal precision | false refusals (answerable) | p50 ms | p95 ms "
+        "| fitted floor | refusal recall at it |"
+    )
     out.append("|---|---|---|---|---|---|---|---|")
     for r in results:
         f = r.refusal
         fitted = f"{f['fitted_floor']:.4f} | {f['fitted_refusal_recall']:.3f}" if "fitted_floor" in f else "- | -"
-        out.append(f"| {r.name} | {f['refusal_recall']:.3f} | {f['refusal_precision']:.3f} | "
-                   f"{f['false_refusal_rate']:.3f} | {r.latency_ms['p50']:.1f} | {r.latency_ms['p95']:.1f} | {fitted} |")
+        out.append(
+            f"| {r.name} | {f['refusal_recall']:.3f} | {f['refusal_precision']:.3f} | "
+            f"{f['false_refusal_rate']:.3f} | {r.latency_ms['p50']:.1f} | {r.latency_ms['p95']:.1f} | {fitted} |"
+        )
     out.append(f"\n{FITTED_NOTE}")
     if answers:
         out.append(f"\n## Answers ({answers['backend']}{' ' + answers['model'] if answers['model'] else ''})\n")
         out.append(f"- citation precision {answers['citation_precision']:.3f}, recall {answers['citation_recall']:.3f}")
         out.append(f"- removed (invalid) citations: {answers['removed_citation_rate']:.3f} of all citations")
-        out.append(f"- correct refusals {answers['correct_refusals']}/{answers['offtopic']}, "
-                   f"wrong refusals {answers['wrong_refusals']}")
-    out.append("\nConfigs: `naive` = llama-index VectorStoreIndex, one MiniLM vector per abstract; `dense` = chunked "
-               "dense only; `bm25` = BM25 (tantivy, with FTS5's idf) only; `rrf` = reciprocal-rank fusion of dense and bm25; `hybrid` = the "
-               "default (confidence-aware score fusion).")
+        out.append(
+            f"- correct refusals {answers['correct_refusals']}/{answers['offtopic']}, "
+            f"wrong refusals {answers['wrong_refusals']}"
+        )
+    out.append(
+        "\nConfigs: `naive` = llama-index VectorStoreIndex, one MiniLM vector per abstract; `dense` = chunked "
+        "dense only; `bm25` = BM25 (tantivy, with FTS5's idf) only; `rrf` = reciprocal-rank fusion of dense and bm25; `hybrid` = the "
+        "default (confidence-aware score fusion)."
+    )
     return "\n".join(out) + "\n"
 
 
@@ -363,8 +389,14 @@ def chart(results: list[ConfigResult], path: Path) -> None:
 
 
 def run_eval(
-    settings: Settings, qa: Path, out: Path, configs: list[str], answers: bool = False,
-    llm: str | None = None, model: str | None = None, engine: Any = None,
+    settings: Settings,
+    qa: Path,
+    out: Path,
+    configs: list[str],
+    answers: bool = False,
+    llm: str | None = None,
+    model: str | None = None,
+    engine: Any = None,
 ) -> dict[str, Any]:
     from rag_papers.chat import Engine
 
@@ -376,15 +408,22 @@ def run_eval(
     known = {p.id for p in engine.index.papers()}
     missing = sorted({g for q in questions for g in q.gold} - known)
     if missing:
-        raise RagPapersError(f"{qa}: gold ids not in the index: {', '.join(missing[:5])} (ingest the corpus they refer to)")
+        raise RagPapersError(
+            f"{qa}: gold ids not in the index: {', '.join(missing[:5])} (ingest the corpus they refer to)"
+        )
     results = [score_config(c, make_ranker(engine, c), questions) for c in configs]
     ans = score_answers(engine, questions, llm, model) if answers else None
     try:
         qa_name = str(qa.resolve().relative_to(PROJECT_ROOT))
     except ValueError:
         qa_name = str(qa)
-    meta = {"qa": qa_name, "questions": len(questions), "papers": engine.index.count(),
-            "date": time.strftime("%Y-%m-%d %H:%M"), "seconds": round(time.perf_counter() - t0, 1)}
+    meta = {
+        "qa": qa_name,
+        "questions": len(questions),
+        "papers": engine.index.count(),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
     report = {"meta": meta, "configs": [r.__dict__ for r in results], "answers": ans}
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(report, indent=1))
@@ -410,8 +449,10 @@ def run_cli(args: argparse.Namespace, settings: Settings) -> int:
     default_qa, default_out = default_paths(settings)
     qa = args.qa or default_qa
     if qa is None:
-        raise RagPapersError("no Q&A file: eval/qa.jsonl comes with the source checkout, not the installed package; "
-                             "pass --qa FILE (JSONL lines with id, question, gold, kind)")
+        raise RagPapersError(
+            "no Q&A file: eval/qa.jsonl comes with the source checkout, not the installed package; "
+            "pass --qa FILE (JSONL lines with id, question, gold, kind)"
+        )
     out = args.out or default_out
     configs = [c.strip() for c in (args.configs or ",".join(DEFAULT_CONFIGS)).split(",") if c.strip()]
     report = run_eval(settings, qa, out, configs, args.answers, args.llm, args.model)
@@ -423,8 +464,14 @@ def run_cli(args: argparse.Namespace, settings: Settings) -> int:
     print(safe_text(str(report["table"])))
     if report["answers"]:
         a = report["answers"]
-        print(safe_text(f"\nanswers ({a['backend']}): citation precision {a['citation_precision']:.3f}, recall "
-                        f"{a['citation_recall']:.3f}, removed {a['removed_citation_rate']:.3f}, correct refusals "
-                        f"{a['correct_refusals']}/{a['offtopic']}, wrong refusals {a['wrong_refusals']}"))
-    print(safe_text(f"\nwrote {out}/results.json, report.md, chart.png ({report['meta']['seconds']} s)"), file=sys.stderr)
+        print(
+            safe_text(
+                f"\nanswers ({a['backend']}): citation precision {a['citation_precision']:.3f}, recall "
+                f"{a['citation_recall']:.3f}, removed {a['removed_citation_rate']:.3f}, correct refusals "
+                f"{a['correct_refusals']}/{a['offtopic']}, wrong refusals {a['wrong_refusals']}"
+            )
+        )
+    print(
+        safe_text(f"\nwrote {out}/results.json, report.md, chart.png ({report['meta']['seconds']} s)"), file=sys.stderr
+    )
     return 0

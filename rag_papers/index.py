@@ -76,7 +76,9 @@ class Index:
         self._embedder = embedder
         self.vectors = VectorStore(settings)
         self._vec_lock = _ReadWriteLock()  # searches read the vector store; a reopen waits for them
-        self.notes: list[str] = list(self.notes_at_open)  # what a write did besides its job (a store set aside, papers re-embedded)
+        self.notes: list[str] = list(
+            self.notes_at_open
+        )  # what a write did besides its job (a store set aside, papers re-embedded)
         self._watch_lock = threading.Lock()
         self._watch_db: sqlite3.Connection | None = None
         self._watched_at = -1e9
@@ -141,7 +143,9 @@ class Index:
         out: dict[str, Paper] = {}
         for part, marks in in_batches(list(dict.fromkeys(ids))):
             srcs: dict[str, list[str]] = {}
-            for s in self._conn().execute(f"SELECT paper_id, file, loc FROM sources WHERE paper_id IN ({marks}) ORDER BY file, loc", part):
+            for s in self._conn().execute(
+                f"SELECT paper_id, file, loc FROM sources WHERE paper_id IN ({marks}) ORDER BY file, loc", part
+            ):
                 srcs.setdefault(s["paper_id"], []).append(f"{s['file']}:{s['loc']}")
             for row in self._conn().execute(f"SELECT * FROM papers WHERE id IN ({marks})", part):
                 out[row["id"]] = row_to_paper(row, srcs.get(row["id"], []))
@@ -151,7 +155,11 @@ class Index:
         """All papers in ingest order, streamed."""
         last = -1
         while True:
-            rows = self._conn().execute("SELECT id, seq FROM papers WHERE seq > ? ORDER BY seq LIMIT 1000", (last,)).fetchall()
+            rows = (
+                self._conn()
+                .execute("SELECT id, seq FROM papers WHERE seq > ? ORDER BY seq LIMIT 1000", (last,))
+                .fetchall()
+            )
             if not rows:
                 return
             got = self.get([r["id"] for r in rows])
@@ -163,7 +171,10 @@ class Index:
     def field_values(self, column: str) -> list[Any]:
         if column not in ("year", "venue"):
             raise ValueError(column)
-        return [r[0] for r in self._conn().execute(f"SELECT DISTINCT {column} FROM papers WHERE {column} IS NOT NULL ORDER BY 1")]
+        return [
+            r[0]
+            for r in self._conn().execute(f"SELECT DISTINCT {column} FROM papers WHERE {column} IS NOT NULL ORDER BY 1")
+        ]
 
     def nearest(
         self, query_vec: list[float], n: int, where: dict[str, Any] | None = None
@@ -227,7 +238,9 @@ class Index:
         wanted = list(dict.fromkeys(chunk_ids))
         out: dict[str, str] = {}
         for part, marks in in_batches(list({vid.rpartition(":")[0] for vid in wanted})):
-            for pid, i, text in self._conn().execute(f"SELECT paper_id, i, text FROM chunks WHERE paper_id IN ({marks})", part):
+            for pid, i, text in self._conn().execute(
+                f"SELECT paper_id, i, text FROM chunks WHERE paper_id IN ({marks})", part
+            ):
                 out[f"{pid}:{i}"] = text
         out = {vid: out[vid] for vid in wanted if vid in out}
         older = [vid for vid in wanted if vid not in out]
@@ -264,7 +277,13 @@ class Index:
         if not scored:
             return []
         marks = ",".join("?" * len(scored))
-        ids = dict(self._conn().execute(f"SELECT seq, id FROM papers INDEXED BY papers_seq_id WHERE seq IN ({marks})", [r for r, _ in scored]).fetchall())
+        ids = dict(
+            self._conn()
+            .execute(
+                f"SELECT seq, id FROM papers INDEXED BY papers_seq_id WHERE seq IN ({marks})", [r for r, _ in scored]
+            )
+            .fetchall()
+        )
         return [(ids[r], sc) for r, sc in scored if sc > 0 and r in ids]
 
     @property
@@ -315,12 +334,21 @@ class Index:
             postings += df[t]
         match = " OR ".join(f'"{t}"' for t in chosen)
         if len(chosen) == len(terms):
-            scored = [(int(r[0]), -float(r[1])) for r in self._conn().execute(
-                "SELECT rowid, rank FROM papers_fts WHERE papers_fts MATCH ? ORDER BY rank LIMIT ?", (match, n))]
+            scored = [
+                (int(r[0]), -float(r[1]))
+                for r in self._conn().execute(
+                    "SELECT rowid, rank FROM papers_fts WHERE papers_fts MATCH ? ORDER BY rank LIMIT ?", (match, n)
+                )
+            ]
         else:
-            rows = self._conn().execute(
-                "SELECT rowid, text FROM papers_fts WHERE papers_fts MATCH ? ORDER BY rank LIMIT ?", (match, max(2 * n, 100))
-            ).fetchall()
+            rows = (
+                self._conn()
+                .execute(
+                    "SELECT rowid, text FROM papers_fts WHERE papers_fts MATCH ? ORDER BY rank LIMIT ?",
+                    (match, max(2 * n, 100)),
+                )
+                .fetchall()
+            )
             avgdl = self._fts_avgdl() or 1.0
             idf = {t: fts5_idf(n_docs, df[t]) for t in terms}
             scored = []
@@ -458,7 +486,10 @@ class Index:
         if have < n:
             return f"it holds vectors for {have:,} papers, the registry has {n:,}"
         max_seq = int(self._conn().execute("SELECT COALESCE(MAX(seq), 0) FROM papers").fetchone()[0])
-        seqs = sorted({1 + (max_seq - 1) * k // max(sample - 1, 1) for k in range(sample)} | set(range(max(1, max_seq - 7), max_seq + 1)))
+        seqs = sorted(
+            {1 + (max_seq - 1) * k // max(sample - 1, 1) for k in range(sample)}
+            | set(range(max(1, max_seq - 7), max_seq + 1))
+        )
         marks = ",".join("?" * len(seqs))
         ids = [r[0] for r in self._conn().execute(f"SELECT id FROM papers WHERE seq IN ({marks})", seqs)]
         docs = self.vectors.existing("docs", [f"{pid}:doc" for pid in ids])
@@ -558,5 +589,3 @@ class _ReadWriteLock:
             with self._cond:
                 self._writing = False
                 self._cond.notify_all()
-
-

@@ -130,7 +130,11 @@ class SpaceCheck:
         need = 2 * estimate + headroom
         free = free_bytes(s.home)
         if free < need:
-            done = f"{self.written:,} papers were written before stopping and" if self.written else "nothing was written and"
+            done = (
+                f"{self.written:,} papers were written before stopping and"
+                if self.written
+                else "nothing was written and"
+            )
             raise DiskFullError(
                 f"not enough free space in {s.home}: the next batch of {len(papers)} abstracts needs about {mb(need)} "
                 f"(with {mb(headroom)} kept free for the stores' own growth) and {mb(free)} are free; {done} the "
@@ -166,7 +170,6 @@ def progress_bar(total: int, desc: str, enabled: bool) -> Any:
     from tqdm import tqdm
 
     return tqdm(total=total, desc=desc, unit="abstract", file=sys.stderr, dynamic_ncols=True, mininterval=0.5)
-
 
 
 class Ingester:
@@ -247,7 +250,9 @@ class Ingester:
             batch_size = max(8, self.settings.embed_batch_size // 2)
             last = 0
             while True:
-                rows = self.db.execute("SELECT id, seq FROM papers WHERE seq > ? ORDER BY seq LIMIT ?", (last, batch_size)).fetchall()
+                rows = self.db.execute(
+                    "SELECT id, seq FROM papers WHERE seq > ? ORDER BY seq LIMIT ?", (last, batch_size)
+                ).fetchall()
                 if not rows:
                     break
                 last = int(rows[-1]["seq"])
@@ -271,19 +276,29 @@ class Ingester:
 
     def _lacking_vectors(self, ids: list[str]) -> list[str]:
         """Which of these registered papers miss their head vector or any chunk vector."""
-        n_chunks = {r["id"]: int(r["n_chunks"]) for part, marks in in_batches(ids)
-                    for r in self.db.execute(f"SELECT id, n_chunks FROM papers WHERE id IN ({marks})", part)}
+        n_chunks = {
+            r["id"]: int(r["n_chunks"])
+            for part, marks in in_batches(ids)
+            for r in self.db.execute(f"SELECT id, n_chunks FROM papers WHERE id IN ({marks})", part)
+        }
         docs = self.index.vectors.existing("docs", [f"{pid}:doc" for pid in ids])
-        chunks = self.index.vectors.existing("chunks", [f"{pid}:{i}" for pid in ids for i in range(n_chunks.get(pid, 1))])
-        return [pid for pid in ids
-                if f"{pid}:doc" not in docs or any(f"{pid}:{i}" not in chunks for i in range(n_chunks.get(pid, 1)))]
+        chunks = self.index.vectors.existing(
+            "chunks", [f"{pid}:{i}" for pid in ids for i in range(n_chunks.get(pid, 1))]
+        )
+        return [
+            pid
+            for pid in ids
+            if f"{pid}:doc" not in docs or any(f"{pid}:{i}" not in chunks for i in range(n_chunks.get(pid, 1)))
+        ]
 
     def _reembed(self, paper_ids: list[str]) -> int:
         """Embed these registered papers again from their chunk texts (re-chunking any that have none)."""
         papers = self.index.get(paper_ids)
         texts: dict[str, list[str]] = {}
         for part, marks in in_batches(paper_ids):
-            for pid, _, text in self.db.execute(f"SELECT paper_id, i, text FROM chunks WHERE paper_id IN ({marks}) ORDER BY paper_id, i", part):
+            for pid, _, text in self.db.execute(
+                f"SELECT paper_id, i, text FROM chunks WHERE paper_id IN ({marks}) ORDER BY paper_id, i", part
+            ):
                 texts.setdefault(pid, []).append(text)
         passages: list[tuple[Paper, int, str]] = []
         for pid in paper_ids:
@@ -292,12 +307,18 @@ class Ingester:
                 continue
             chunks = texts.get(pid)
             if not chunks:  # an index written before the registry kept chunk texts: chunk it again
-                chunks = chunk_texts(paper.abstract, self.settings.chunk_tokens, self.settings.chunk_overlap,
-                                     self.index.embedder.count_tokens)
+                chunks = chunk_texts(
+                    paper.abstract,
+                    self.settings.chunk_tokens,
+                    self.settings.chunk_overlap,
+                    self.index.embedder.count_tokens,
+                )
                 self.index.vectors.delete_papers([pid])  # its old chunk vectors may number more than the new chunks
                 with self._registry_write(), self.db:
                     self.db.execute("DELETE FROM chunks WHERE paper_id=?", (pid,))
-                    self.db.executemany("INSERT INTO chunks VALUES (?,?,?)", [(pid, i, c) for i, c in enumerate(chunks)])
+                    self.db.executemany(
+                        "INSERT INTO chunks VALUES (?,?,?)", [(pid, i, c) for i, c in enumerate(chunks)]
+                    )
                     self.db.execute("UPDATE papers SET n_chunks=? WHERE id=?", (len(chunks), pid))
             passages.extend((paper, i, chunk) for i, chunk in enumerate(chunks))
         if passages:
@@ -340,8 +361,14 @@ class Ingester:
         """
         passages: list[tuple[Paper, int, str]] = []
         for paper in batch:
-            for i, chunk in enumerate(chunk_texts(paper.abstract, self.settings.chunk_tokens,
-                                                  self.settings.chunk_overlap, self.index.embedder.count_tokens)):
+            for i, chunk in enumerate(
+                chunk_texts(
+                    paper.abstract,
+                    self.settings.chunk_tokens,
+                    self.settings.chunk_overlap,
+                    self.index.embedder.count_tokens,
+                )
+            ):
                 passages.append((paper, i, chunk))
         space = self.space.check(batch, passages, self.index.embedder.dim)
         # Intent first: if we die between the vector writes and the registry commit below,
@@ -371,8 +398,18 @@ class Ingester:
                 self.db.execute(
                     "INSERT INTO papers (id, hash, title, abstract, year, venue, authors, url, n_chunks, seq) "
                     "VALUES (?,?,?,?,?,?,?,?,?,?)",
-                    (paper.id, content_hash(paper.abstract), paper.title, paper.abstract, paper.year, paper.venue,
-                     json.dumps(paper.authors) if paper.authors else None, paper.url, n_chunks, seq),
+                    (
+                        paper.id,
+                        content_hash(paper.abstract),
+                        paper.title,
+                        paper.abstract,
+                        paper.year,
+                        paper.venue,
+                        json.dumps(paper.authors) if paper.authors else None,
+                        paper.url,
+                        n_chunks,
+                        seq,
+                    ),
                 )
                 terms.update(set(tokens))
                 self.db.execute("INSERT INTO papers_fts (rowid, text) VALUES (?, ?)", (seq, " ".join(tokens)))
@@ -395,11 +432,16 @@ class Ingester:
         """Embed (title + chunk) passages and upsert their chunk vectors and, for chunk 0, head vectors."""
         vectors = self.index.embedder.embed_array([passage_text(paper.title, chunk) for paper, _, chunk in passages])
         heads = [k for k, (_, i, _) in enumerate(passages) if i == 0]
-        self.index.vectors.upsert("chunks", [f"{p.id}:{i}" for p, i, _ in passages], vectors,
-                            [node_meta(p, i) for p, i, _ in passages])
+        self.index.vectors.upsert(
+            "chunks", [f"{p.id}:{i}" for p, i, _ in passages], vectors, [node_meta(p, i) for p, i, _ in passages]
+        )
         # The paper's head (title + opening) doubles as its whole-paper vector: no extra embedding.
-        self.index.vectors.upsert("docs", [f"{passages[k][0].id}:doc" for k in heads], vectors[heads],
-                            [node_meta(passages[k][0], -1) for k in heads])
+        self.index.vectors.upsert(
+            "docs",
+            [f"{passages[k][0].id}:doc" for k in heads],
+            vectors[heads],
+            [node_meta(passages[k][0], -1) for k in heads],
+        )
 
     def _registry_write(self) -> AbstractContextManager[None]:
         return registry_write(self.settings.db_path)
@@ -420,8 +462,11 @@ class Ingester:
         files = expand_paths(paths)
         report = IngestReport(files=len(files))
         with self._registry_write(), self.db:
-            for table in ("incoming (hash TEXT PRIMARY KEY)", "ingest_files (file TEXT PRIMARY KEY)",
-                          "incoming_ids (id TEXT PRIMARY KEY, hash TEXT NOT NULL, source TEXT NOT NULL)"):
+            for table in (
+                "incoming (hash TEXT PRIMARY KEY)",
+                "ingest_files (file TEXT PRIMARY KEY)",
+                "incoming_ids (id TEXT PRIMARY KEY, hash TEXT NOT NULL, source TEXT NOT NULL)",
+            ):
                 self.db.execute(f"CREATE TEMP TABLE IF NOT EXISTS {table}")
             for table in ("incoming", "ingest_files", "incoming_ids"):
                 self.db.execute(f"DELETE FROM {table}")
@@ -484,8 +529,10 @@ class Ingester:
                 else:
                     paper = to_paper(rec)
                     paper.sources = [f"{key_file}:{loc}"]
-                    if any(p.id == paper.id for p in batch) or self.db.execute(
-                            "SELECT 1 FROM papers WHERE id=?", (paper.id,)).fetchone():
+                    if (
+                        any(p.id == paper.id for p in batch)
+                        or self.db.execute("SELECT 1 FROM papers WHERE id=?", (paper.id,)).fetchone()
+                    ):
                         # The id belongs to an indexed paper with other text (an earlier ingest, or the
                         # old version of an edited abstract, which this sync drops at its end): ids stay
                         # unique, and the report says which paper got which id.
@@ -521,7 +568,9 @@ class Ingester:
         A rerun over the same file overwrites them anyway; this also covers the file
         having changed (or not being ingested again) in the meantime.
         """
-        stray = [r[0] for r in self.db.execute("SELECT paper_id FROM pending WHERE paper_id NOT IN (SELECT id FROM papers)")]
+        stray = [
+            r[0] for r in self.db.execute("SELECT paper_id FROM pending WHERE paper_id NOT IN (SELECT id FROM papers)")
+        ]
         if stray:
             self._delete_vectors(stray)
         with self.db:
@@ -533,7 +582,9 @@ class Ingester:
         with self.db:
             self.db.execute(f"DELETE FROM sources WHERE file IN ({marks})", files)
             self.db.execute("INSERT OR IGNORE INTO sources SELECT paper_id, file, loc FROM seen")
-            rows = self.db.execute("SELECT id, seq FROM papers WHERE id NOT IN (SELECT paper_id FROM sources)").fetchall()
+            rows = self.db.execute(
+                "SELECT id, seq FROM papers WHERE id NOT IN (SELECT paper_id FROM sources)"
+            ).fetchall()
             orphans = [r[0] for r in rows]
             self._forget_terms(orphans)
             for part, marks in in_batches(orphans):
@@ -563,8 +614,11 @@ class Ingester:
 
     def _remove(self, paper_ids: Sequence[str]) -> int:
         self.index.kw_store.lock()
-        rows = [(r[0], int(r[1])) for part, marks in in_batches(list(dict.fromkeys(paper_ids)))
-                for r in self.db.execute(f"SELECT id, seq FROM papers WHERE id IN ({marks})", part)]
+        rows = [
+            (r[0], int(r[1]))
+            for part, marks in in_batches(list(dict.fromkeys(paper_ids)))
+            for r in self.db.execute(f"SELECT id, seq FROM papers WHERE id IN ({marks})", part)
+        ]
         known = [pid for pid, _ in rows]
         self._sync_keyword()
         with self.db:
@@ -668,6 +722,15 @@ def verify_index(settings: Settings) -> dict[str, Any]:
 
 def index_complete(check: dict[str, Any], n: int) -> bool:
     """``verify_index`` found all ``n`` papers, each chunk (vector and text) and keyword copy once, and nothing else."""
-    zero = ("duplicate_chunk_ids", "missing_chunks", "orphan_vectors", "missing_texts", "orphan_texts",
-            "keyword_missing", "keyword_orphans")
-    return bool(check["papers"] == n == check["doc_vectors"] == check["keyword_docs"]) and all(check[k] == 0 for k in zero)
+    zero = (
+        "duplicate_chunk_ids",
+        "missing_chunks",
+        "orphan_vectors",
+        "missing_texts",
+        "orphan_texts",
+        "keyword_missing",
+        "keyword_orphans",
+    )
+    return bool(check["papers"] == n == check["doc_vectors"] == check["keyword_docs"]) and all(
+        check[k] == 0 for k in zero
+    )

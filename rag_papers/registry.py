@@ -163,7 +163,6 @@ def in_batches(ids: Sequence[str], size: int = 500) -> Iterator[tuple[list[str],
         yield part, ",".join("?" * len(part))
 
 
-
 @contextmanager
 def registry_write(path: Path) -> Iterator[None]:
     """SQLite errors of a registry write as one line (the transaction itself rolls back)."""

@@ -54,7 +54,72 @@ def dense_hits(chunk_hits: list[tuple[str, float]], doc_hits: list[tuple[str, fl
 
 # Words that say "I am asking about papers", not what about: dropped from keyword queries.
 QUERY_BOILERPLATE = frozenset(
-    ["paper", "papers", "work", "works", "study", "studies", "research", "article", "articles", "abstract", "abstracts", "author", "authors", "propose", "proposes", "proposed", "claim", "claims", "describe", "describes", "does", "do", "did", "which", "what", "who", "whom", "how", "why", "when", "show", "shows", "find", "finds", "present", "presents", "introduce", "introduces", "method", "methods", "approach", "approaches", "technique", "techniques", "tell", "explain", "discuss", "discusses", "anyone", "someone", "something", "about", "regarding", "there", "any", "some", "way", "ways", "can", "could", "would", "should", "using", "use"]
+    [
+        "paper",
+        "papers",
+        "work",
+        "works",
+        "study",
+        "studies",
+        "research",
+        "article",
+        "articles",
+        "abstract",
+        "abstracts",
+        "author",
+        "authors",
+        "propose",
+        "proposes",
+        "proposed",
+        "claim",
+        "claims",
+        "describe",
+        "describes",
+        "does",
+        "do",
+        "did",
+        "which",
+        "what",
+        "who",
+        "whom",
+        "how",
+        "why",
+        "when",
+        "show",
+        "shows",
+        "find",
+        "finds",
+        "present",
+        "presents",
+        "introduce",
+        "introduces",
+        "method",
+        "methods",
+        "approach",
+        "approaches",
+        "technique",
+        "techniques",
+        "tell",
+        "explain",
+        "discuss",
+        "discusses",
+        "anyone",
+        "someone",
+        "something",
+        "about",
+        "regarding",
+        "there",
+        "any",
+        "some",
+        "way",
+        "ways",
+        "can",
+        "could",
+        "would",
+        "should",
+        "using",
+        "use",
+    ]
 )
 
 
@@ -264,14 +329,22 @@ class Retriever:
         relevance = round(self.relevance(hits, coverage), 4)  # decided on the value reported
         # Nothing left because of the filters: candidates were turned away, or the vector store's
         # filter (year, venue) matched no vector at all in a non-empty index.
-        excluded = not hits and filters.active() and (
-            rejected > 0 or (bool(where) and mode != "bm25" and not dense and self.index.count() > 0)
+        excluded = (
+            not hits
+            and filters.active()
+            and (rejected > 0 or (bool(where) and mode != "bm25" and not dense and self.index.count() > 0))
         )
         timings["fuse_ms"] = _ms(t1)
         timings["total_ms"] = _ms(t0)
         return SearchResult(
-            query, hits, bool(hits) and relevance >= self.floor(), timings, {h.id: papers[h.id] for h in hits}, relevance,
-            filtered_out=excluded, filter_reason=self.filter_reason(filters) if excluded else None,
+            query,
+            hits,
+            bool(hits) and relevance >= self.floor(),
+            timings,
+            {h.id: papers[h.id] for h in hits},
+            relevance,
+            filtered_out=excluded,
+            filter_reason=self.filter_reason(filters) if excluded else None,
         )
 
     def filter_reason(self, filters: Filters) -> str:

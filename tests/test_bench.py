@@ -20,8 +20,21 @@ BIG = 120  # the size killed and resumed: big enough to kill partway, small enou
 @pytest.mark.timeout(900)
 def test_bench_measures_both_systems_and_resumes_a_killed_ingest(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
-    proc = run_cli("bench", "--sizes", "40", "--big", str(BIG), "--kill-big", "--queries", "5",
-                   "--workdir", str(tmp_path / "work"), "--out", str(out), timeout=900)
+    proc = run_cli(
+        "bench",
+        "--sizes",
+        "40",
+        "--big",
+        str(BIG),
+        "--kill-big",
+        "--queries",
+        "5",
+        "--workdir",
+        str(tmp_path / "work"),
+        "--out",
+        str(out),
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads(out.read_text())
     ours, base = r["sizes"]["40"]["ours"], r["sizes"]["40"]["baseline"]

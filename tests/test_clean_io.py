@@ -57,8 +57,8 @@ HOSTILE = {
     "id": "evil\u001b[31mid\u202e",
     "title": "Red \u001b[31mALERT\u001b[0m title\u0007 \u202egnp.exe\u202c",
     "abstract": "We study how sparse attention \u0000patterns emerge in small \u001b]0;pwned\u0007transformers "
-                "trained on modular\u0085arithmetic\u001b[2J, and show that the emergent circuits are stable "
-                "across random seeds\u200f and \u2066model\u2069 widths.\r",
+    "trained on modular\u0085arithmetic\u001b[2J, and show that the emergent circuits are stable "
+    "across random seeds\u200f and \u2066model\u2069 widths.\r",
     "venue": "Neur\u009bIPS\u0008",  # U+009B (C1 CSI) goes alone: the letters after it stay
     "authors": ["Eve \u202eevil", "\u001b[1mBold\u001b[0m Bob"],
     "url": "http://x\u0008.org/\u200ep",
@@ -81,7 +81,10 @@ def test_safe_text_strips_controls_escapes_and_bidi() -> None:
     assert safe_text("over\rwrite\x0bv\x0cf\u0085nel") == "over write v f nel"  # whitespace controls: a space
     assert safe_text("nul\u0000bel\u0007del\u007fc1\u0090") == "nulbeldelc1"
     assert safe_text("\u202egnp.exe\u202c \u2066iso\u2069 \u200el\u200fr\u061c") == "gnp.exe iso lr"
-    assert safe_text("caf\u00e9 \u4e2d\u6587 \u05e9\u05dc\u05d5\u05dd") == "caf\u00e9 \u4e2d\u6587 \u05e9\u05dc\u05d5\u05dd"
+    assert (
+        safe_text("caf\u00e9 \u4e2d\u6587 \u05e9\u05dc\u05d5\u05dd")
+        == "caf\u00e9 \u4e2d\u6587 \u05e9\u05dc\u05d5\u05dd"
+    )
 
 
 def test_ingest_strips_controls_in_every_field(tmp_path: Path) -> None:
@@ -136,8 +139,10 @@ def old_index(seeded: Settings) -> Iterator[tuple[Settings, str]]:
     evil = "\u001b[2J\u001b[31m\u202e"
     with sqlite3.connect(seeded.db_path) as db:
         (pid,) = db.execute("SELECT id FROM papers WHERE title LIKE 'ABBA:%'").fetchone()
-        db.execute("UPDATE papers SET title = ?, abstract = replace(abstract, 'ABBA', ?) WHERE id = ?",
-                   (f"ABBA{evil}: pre-trained weights\u0007", f"AB{evil}BA", pid))
+        db.execute(
+            "UPDATE papers SET title = ?, abstract = replace(abstract, 'ABBA', ?) WHERE id = ?",
+            (f"ABBA{evil}: pre-trained weights\u0007", f"AB{evil}BA", pid),
+        )
         db.execute("UPDATE chunks SET text = replace(text, 'ABBA', ?) WHERE paper_id = ?", (f"AB{evil}BA", pid))
     yield seeded, pid
 
@@ -198,8 +203,11 @@ def test_eval_with_a_binary_or_non_utf8_qa_file(tmp_path: Path, seeded: Settings
     png.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)))
     one_error_line(run_cli("eval", "--qa", str(png)), "qa.png", "binary")
     latin = tmp_path / "qa.jsonl"
-    latin.write_bytes(json.dumps({"id": "q1", "question": "caf\u00e9?", "gold": []}).encode() + b"\n"
-                      + '{"id": "q2", "question": "Caf\u00e9 culture?", "gold": []}\n'.encode("latin-1"))
+    latin.write_bytes(
+        json.dumps({"id": "q1", "question": "caf\u00e9?", "gold": []}).encode()
+        + b"\n"
+        + '{"id": "q2", "question": "Caf\u00e9 culture?", "gold": []}\n'.encode("latin-1")
+    )
     res = run_cli("eval", "--qa", str(latin))
     one_error_line(res, "qa.jsonl:2:", "UTF-8")
     assert res.returncode == 2
@@ -222,8 +230,9 @@ def _unprivileged(work: Path) -> tuple[list[str], dict[str, int]]:
     from conftest import VENV_BIN
 
     try:
-        probe = subprocess.run([str(VENV_BIN / "python"), "-c", "pass"], user=65534, cwd=work,
-                               capture_output=True, timeout=60)
+        probe = subprocess.run(
+            [str(VENV_BIN / "python"), "-c", "pass"], user=65534, cwd=work, capture_output=True, timeout=60
+        )
         if probe.returncode == 0:
             return [], {"user": 65534}
     except OSError:
@@ -264,11 +273,22 @@ def test_unreadable_corpus_for_an_unprivileged_user(shared_dir: Path) -> None:
     home.mkdir(mode=0o777)
     home.chmod(0o777)
     prefix, kw = _unprivileged(shared_dir)
-    env = {**os.environ, "HOME": str(shared_dir), "RAG_PAPERS_HOME": str(home),
-           "RAG_PAPERS_MODEL_CACHE": str(shared_dir / "models")}
+    env = {
+        **os.environ,
+        "HOME": str(shared_dir),
+        "RAG_PAPERS_HOME": str(home),
+        "RAG_PAPERS_MODEL_CACHE": str(shared_dir / "models"),
+    }
     for target, needle in ((secret, "secret.jsonl"), (locked, "locked")):
-        res = subprocess.run([*prefix, str(VENV_BIN / "rag-papers"), "ingest", "--no-progress", str(target)],
-                             capture_output=True, text=True, timeout=120, env=env, cwd=shared_dir, **kw)  # type: ignore[call-overload]
+        res = subprocess.run(
+            [*prefix, str(VENV_BIN / "rag-papers"), "ingest", "--no-progress", str(target)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            cwd=shared_dir,
+            **kw,
+        )  # type: ignore[call-overload]
         line = one_error_line(res, needle, "Permission denied")
         assert res.returncode == 2, line
 
@@ -296,7 +316,9 @@ def test_unexpected_exception_is_one_line(monkeypatch: pytest.MonkeyPatch, capsy
         assert err.rstrip().endswith("rag-papers: error: unexpected Boom: the disk said no"), err
 
 
-def test_interrupt_and_broken_pipe_keep_their_exits(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_interrupt_and_broken_pipe_keep_their_exits(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     def interrupted(args: object) -> int:
         raise KeyboardInterrupt
 
@@ -311,7 +333,9 @@ def test_interrupt_and_broken_pipe_keep_their_exits(monkeypatch: pytest.MonkeyPa
 
 
 # ------------------------------------------------------------------ 3. empty queries and filters
-@pytest.mark.parametrize("argv", [["search", ""], ["search", "   "], ["search", "ABBA", " "], ["ask", ""], ["ask", " ", "\t"]])
+@pytest.mark.parametrize(
+    "argv", [["search", ""], ["search", "   "], ["search", "ABBA", " "], ["ask", ""], ["ask", " ", "\t"]]
+)
 def test_empty_query_is_an_error(argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     home = tmp_path / "never-made"
     assert cli.main([*argv, "--home", str(home)]) == 2
@@ -400,4 +424,3 @@ def test_fifo_and_folder_inputs_do_not_block(tmp_path: Path) -> None:
     one_error_line(run_cli("eval", "--qa", str(tmp_path), timeout=60), str(tmp_path), "is a directory")
     one_error_line(run_cli("search", "--queries-file", str(tmp_path), timeout=60), "is a directory")
     one_error_line(run_cli("ingest", str(fifo), timeout=60), str(fifo), "not a regular file")
-

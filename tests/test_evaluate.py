@@ -88,7 +88,10 @@ def test_eval_terminal_table_and_own_qa_file(seeded: Settings, tmp_path: Path) -
     [
         (None, "Q&A file not found"),
         ('{"id": "a", "question": "x", "gold": []}\nnot json\n', ":2: bad Q&A line"),
-        ('{"id": "a", "question": "x", "gold": []}\n{"id": "a", "question": "y", "gold": []}\n', "duplicate question id"),
+        (
+            '{"id": "a", "question": "x", "gold": []}\n{"id": "a", "question": "y", "gold": []}\n',
+            "duplicate question id",
+        ),
         ('{"id": "a", "question": "x", "gold": ["no-such-paper"]}\n', "gold ids not in the index: no-such-paper"),
         ("\n\n", "no questions"),
     ],
@@ -107,16 +110,22 @@ def test_bad_qa_files_fail_in_one_line(seeded: Settings, tmp_path: Path, content
 def test_fit_floor_refuses_at_most_the_allowed_answerable_questions() -> None:
     # Under 100 answerable questions, 1% allows none: the floor is the weakest answerable score.
     assert fit_floor([0.5, 0.3, 0.4], [0.1, 0.35, 0.29]) == {
-        "fitted_floor": 0.3, "fitted_refusal_recall": 0.6667, "fitted_false_refusal_rate": 0.0,
+        "fitted_floor": 0.3,
+        "fitted_refusal_recall": 0.6667,
+        "fitted_false_refusal_rate": 0.0,
     }
     # Ties at the floor stay accepted: only scores strictly below it are refused.
     assert fit_floor([0.3, 0.3, 0.6], [0.3, 0.2]) == {
-        "fitted_floor": 0.3, "fitted_refusal_recall": 0.5, "fitted_false_refusal_rate": 0.0,
+        "fitted_floor": 0.3,
+        "fitted_refusal_recall": 0.5,
+        "fitted_false_refusal_rate": 0.0,
     }
     # 200 answerable: 2 may be refused, so the floor is the third weakest.
     answerable = [0.1, 0.2] + [0.5] * 198
     assert fit_floor(answerable, [0.45, 0.6, 0.05, 0.2]) == {
-        "fitted_floor": 0.5, "fitted_refusal_recall": 0.75, "fitted_false_refusal_rate": 0.01,
+        "fitted_floor": 0.5,
+        "fitted_refusal_recall": 0.75,
+        "fitted_false_refusal_rate": 0.01,
     }
 
 
@@ -130,7 +139,8 @@ def test_the_fitted_floor_applied_as_min_score_refuses_what_eval_said(engine: En
     answerable = [q for q in questions if q["gold"]]
     off = [q for q in questions if not q["gold"]]
     assert sum(q["id"] in refused for q in answerable) / len(answerable) == pytest.approx(
-        fitted["fitted_false_refusal_rate"], abs=1e-4)
+        fitted["fitted_false_refusal_rate"], abs=1e-4
+    )
     assert sum(q["id"] in refused for q in off) / len(off) == pytest.approx(fitted["fitted_refusal_recall"], abs=1e-4)
     # The floor is the highest such: nudging it up refuses one more answerable question.
     stricter = Retriever(engine.index, engine.settings.model_copy(update={"min_score": fitted["fitted_floor"] + 1e-4}))

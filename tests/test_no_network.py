@@ -90,16 +90,23 @@ def strace() -> str:
     exe = shutil.which("strace") or ("/usr/bin/strace" if Path("/usr/bin/strace").is_file() else None)
     if exe is None:
         pytest.fail("strace is not installed: run scripts/setup --dev (it installs Debian's strace)", pytrace=False)
-    probe = subprocess.run([exe, "-f", "-qq", "-e", "trace=connect", "-o", os.devnull, "true"],
-                           capture_output=True, text=True, timeout=30)
+    probe = subprocess.run(
+        [exe, "-f", "-qq", "-e", "trace=connect", "-o", os.devnull, "true"], capture_output=True, text=True, timeout=30
+    )
     if probe.returncode != 0:
         pytest.skip(f"strace cannot trace here: {probe.stderr.strip()[:200]}")
     return exe
 
 
 # Switches the code must set by itself: the tests' own environment must not do it for them.
-SWITCHES = ("GRADIO_ANALYTICS_ENABLED", "ANONYMIZED_TELEMETRY", "HF_HUB_OFFLINE", "HF_HUB_DISABLE_TELEMETRY",
-            "TRANSFORMERS_OFFLINE", "ORT_DISABLE_TELEMETRY")
+SWITCHES = (
+    "GRADIO_ANALYTICS_ENABLED",
+    "ANONYMIZED_TELEMETRY",
+    "HF_HUB_OFFLINE",
+    "HF_HUB_DISABLE_TELEMETRY",
+    "TRANSFORMERS_OFFLINE",
+    "ORT_DISABLE_TELEMETRY",
+)
 
 
 def bare_env(**extra: str) -> dict[str, str]:
@@ -112,10 +119,16 @@ def traced(strace: str, log: Path, *argv: str) -> list[str]:
     return [strace, "-f", "-qq", "-s", "64", "-e", f"trace={TRACED}", "-o", str(log), *argv]
 
 
-def run_traced(strace: str, log: Path, *args: str, env: dict[str, str] | None = None,
-               timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    res = subprocess.run(traced(strace, log, str(VENV_BIN / "rag-papers"), *args), capture_output=True,
-                         text=True, timeout=timeout, env=bare_env(**(env or {})))
+def run_traced(
+    strace: str, log: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    res = subprocess.run(
+        traced(strace, log, str(VENV_BIN / "rag-papers"), *args),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=bare_env(**(env or {})),
+    )
     assert res.returncode == 0, f"rag-papers {' '.join(args)} failed: {res.stderr[-2000:]}"
     return res
 
@@ -129,14 +142,14 @@ def test_parser_flags_outside_addresses_and_any_dns() -> None:
         '13 connect(5, {sa_family=AF_INET, sin_port=htons(443), sin_addr=inet_addr("20.42.65.92")}, 16 <unfinished ...>',
         '14 sendto(4, "x"..., 30, 0, {sa_family=AF_INET6, sin6_port=htons(443), sin6_flowinfo=htonl(0), '
         'inet_pton(AF_INET6, "2001:db8::1", &sin6_addr), sin6_scope_id=0}, 28) = 30',
-        '15 sendmsg(6, {msg_name={sa_family=AF_INET6, sin6_port=htons(53), sin6_flowinfo=htonl(0), '
+        "15 sendmsg(6, {msg_name={sa_family=AF_INET6, sin6_port=htons(53), sin6_flowinfo=htonl(0), "
         'inet_pton(AF_INET6, "::1", &sin6_addr), sin6_scope_id=0}, msg_namelen=28}, 0) = 40',
     ]
     fine = [
         '20 connect(50, {sa_family=AF_INET, sin_port=htons(7999), sin_addr=inet_addr("127.0.0.1")}, 16) = 0',
-        '21 connect(7, {sa_family=AF_INET6, sin6_port=htons(8000), sin6_flowinfo=htonl(0), '
+        "21 connect(7, {sa_family=AF_INET6, sin6_port=htons(8000), sin6_flowinfo=htonl(0), "
         'inet_pton(AF_INET6, "::1", &sin6_addr), sin6_scope_id=0}, 28) = 0',
-        '22 connect(8, {sa_family=AF_INET6, sin6_port=htons(80), sin6_flowinfo=htonl(0), '
+        "22 connect(8, {sa_family=AF_INET6, sin6_port=htons(80), sin6_flowinfo=htonl(0), "
         'inet_pton(AF_INET6, "::ffff:127.0.0.1", &sin6_addr), sin6_scope_id=0}, 28) = 0',
         '23 connect(9, {sa_family=AF_UNIX, sun_path="/var/run/nscd/socket"}, 110) = -1 ENOENT',
         '24 sendto(50, "GET / HTTP/1.1"..., 171, 0, NULL, 0) = 171',
@@ -164,8 +177,14 @@ def test_ingest_with_a_fresh_model_cache_stays_offline(strace: str, tmp_path: Pa
     """The first ingest on a machine also exports the model to ONNX (about a minute): covered too."""
     log = tmp_path / "ingest.strace"
     cache = tmp_path / "fresh-model-cache"
-    res = run_traced(strace, log, "ingest", "--no-progress", str(SEEDS),
-                     env={"RAG_PAPERS_MODEL_CACHE": str(cache), "RAG_PAPERS_HOME": str(tmp_path / "home")})
+    res = run_traced(
+        strace,
+        log,
+        "ingest",
+        "--no-progress",
+        str(SEEDS),
+        env={"RAG_PAPERS_MODEL_CACHE": str(cache), "RAG_PAPERS_HOME": str(tmp_path / "home")},
+    )
     assert "38 papers indexed" in res.stdout
     assert list(cache.glob("*.onnx")), "the fresh cache was not used: no ONNX export happened"
     assert_offline(log, "rag-papers ingest (fresh model cache)")
@@ -200,7 +219,9 @@ def test_chat_ui_stays_offline(strace: str, tmp_path: Path, seeded: Settings) ->
     out = (tmp_path / "chat.out").open("w")
     proc = subprocess.Popen(
         traced(strace, log, str(VENV_BIN / "rag-papers"), "chat", "--port", str(port), "--llm", "extractive"),
-        stdout=out, stderr=subprocess.STDOUT, env=bare_env(),
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        env=bare_env(),
     )
     url = f"http://127.0.0.1:{port}/"
     try:

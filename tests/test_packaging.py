@@ -27,8 +27,9 @@ pytestmark = pytest.mark.slow
 
 PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
 # What a wheel must not carry (caches, builds) and what the build does not need.
-COPY_IGNORE = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "*.pyc",
-                                     ".*_cache", "results")
+COPY_IGNORE = shutil.ignore_patterns(
+    ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "*.pyc", ".*_cache", "results"
+)
 PROBE = """\
 import json, sys
 import rag_papers
@@ -39,7 +40,9 @@ print(json.dumps({"file": rag_papers.__file__, "path": sys.path, "prompts": str(
 """
 
 
-def run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def run(
+    cmd: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
     res = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert res.returncode == 0, f"{cmd}\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
     return res
@@ -59,7 +62,9 @@ def fresh_venv(tmp_path: Path, wheel: Path) -> tuple[Path, Path]:
     py = venv / "bin" / "python"
     # Installed before the dependencies are visible: pip sees an empty environment, no other rag-papers.
     run([*PIP, "--python", str(py), "install", "--no-deps", "--no-index", str(wheel)], cwd=tmp_path)
-    site = Path(run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd=tmp_path).stdout.strip())
+    site = Path(
+        run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd=tmp_path).stdout.strip()
+    )
     deps = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
     (site / "zz_test_dependencies.pth").write_text("".join(f"{d}\n" for d in deps))
     return venv / "bin", site
@@ -67,10 +72,18 @@ def fresh_venv(tmp_path: Path, wheel: Path) -> tuple[Path, Path]:
 
 def clean_env(tmp_path: Path, model_cache: Path) -> dict[str, str]:
     """No PYTHONPATH, no venv or rag-papers settings from outside: a private data dir and the session's model cache."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV") and not k.startswith("RAG_PAPERS_")}
-    env.update(RAG_PAPERS_HOME=str(tmp_path / "home"), RAG_PAPERS_MODEL_CACHE=str(model_cache),
-               RAG_PAPERS_CONFIG=str(tmp_path / "none.toml"), OLLAMA_HOST="http://127.0.0.1:9", HF_HUB_OFFLINE="1")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV") and not k.startswith("RAG_PAPERS_")
+    }
+    env.update(
+        RAG_PAPERS_HOME=str(tmp_path / "home"),
+        RAG_PAPERS_MODEL_CACHE=str(model_cache),
+        RAG_PAPERS_CONFIG=str(tmp_path / "none.toml"),
+        OLLAMA_HOST="http://127.0.0.1:9",
+        HF_HUB_OFFLINE="1",
+    )
     return env
 
 
@@ -108,8 +121,11 @@ def test_a_wheel_installed_outside_the_repo_ingests_and_answers(tmp_path: Path, 
     report = json.loads(ingest.stdout)
     assert report["total"] == 38 and report["added"] == 38, report
 
-    ask = run([str(bin_dir / "rag-papers"), "ask", "--json", "--llm", "extractive", "What does ABBA claim?"],
-              cwd=elsewhere, env=env)
+    ask = run(
+        [str(bin_dir / "rag-papers"), "ask", "--json", "--llm", "extractive", "What does ABBA claim?"],
+        cwd=elsewhere,
+        env=env,
+    )
     answer = json.loads(ask.stdout)
     assert answer["refused"] is False and answer["backend"] == "extractive", answer
     assert answer["answer"].startswith("From the abstracts (quoted, no LLM):"), answer["answer"]  # the packaged prompt
@@ -122,8 +138,9 @@ def test_a_wheel_installed_outside_the_repo_ingests_and_answers(tmp_path: Path, 
     assert probe(bin_dir / "python", elsewhere, {**env, "RAG_PAPERS_PROMPTS_DIR": str(mine)})["prompts"] == str(mine)
 
     # eval's Q&A file belongs to the source checkout: an installed package says so in one line.
-    res = subprocess.run([str(bin_dir / "rag-papers"), "eval"], cwd=elsewhere, env=env, capture_output=True,
-                         text=True, timeout=300)
+    res = subprocess.run(
+        [str(bin_dir / "rag-papers"), "eval"], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300
+    )
     assert res.returncode != 0 and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert "--qa" in res.stderr and "Traceback" not in res.stderr
 

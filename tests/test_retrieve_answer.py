@@ -32,7 +32,9 @@ def seed_abstracts() -> list[str]:
 
 def coining(name: str) -> str:
     """The one seeds abstract that introduces ``name``."""
-    (found,) = [a for a in seed_abstracts() if re.search(rf"\b(?:[Ww]e|[Tt]his paper)\s+introduces?\b[^.]*\b{name}\b", a)]
+    (found,) = [
+        a for a in seed_abstracts() if re.search(rf"\b(?:[Ww]e|[Tt]his paper)\s+introduces?\b[^.]*\b{name}\b", a)
+    ]
     return found
 
 
@@ -85,11 +87,13 @@ def test_registry_rows_are_read_for_the_winners_and_filters_fill_k_in_rank_order
     top_text = f"{full[0].title} {engine.index.get([full[0].id])[full[0].id].abstract}".lower()
     texts = {pid: f"{p.title} {p.abstract}".lower() for pid, p in engine.index.get([h.id for h in full]).items()}
     word = next(
-        w for w in ("matrix", "training", "parameters", "model", "performance")
+        w
+        for w in ("matrix", "training", "parameters", "model", "performance")
         if w not in top_text and sum(w in texts[h.id] for h in full) >= 3
     )
     calls: list[int] = []
     real_get = engine.index.get
+
     def counted_get(ids: list[str]) -> Any:
         calls.append(len(ids))
         return real_get(ids)
@@ -202,7 +206,10 @@ def test_refusal_calls_no_llm(engine: Engine, query: str) -> None:
 
 def test_citation_filter_across_chunk_boundaries() -> None:
     filt = CitationFilter(2)
-    out = [filt.feed(p) for p in ["Claim one ", "[", "1", "]", " and two [", "2", "] bad [", "3", "]", ". Mixed [1,", " 3]."]]
+    out = [
+        filt.feed(p)
+        for p in ["Claim one ", "[", "1", "]", " and two [", "2", "] bad [", "3", "]", ". Mixed [1,", " 3]."]
+    ]
     assert out[1] == "" and out[2] == ""  # nothing shown while a citation is still open
     assert "".join(out) + filt.flush() == "Claim one [1] and two [2] bad. Mixed [1]."  # no stray space
     assert filt.used == [1, 2]

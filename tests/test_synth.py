@@ -59,8 +59,11 @@ def test_seeds_included_once_without_id(tmp_path: Path) -> None:
     positions = [i for i, r in enumerate(rows) if r["abstract"] in seed_abstracts]
     assert positions[0] < 100 and positions[-1] > 900  # spread over the file, not bunched
     # Their ids stay the content hash, so eval/qa.jsonl's gold ids resolve in a synthetic corpus too.
-    gold = {g for line in (Path(__file__).parent.parent / "eval" / "qa.jsonl").read_text().splitlines()
-            for g in json.loads(line)["gold"]}
+    gold = {
+        g
+        for line in (Path(__file__).parent.parent / "eval" / "qa.jsonl").read_text().splitlines()
+        for g in json.loads(line)["gold"]
+    }
     assert gold <= {content_hash(r["abstract"]) for r in found}
 
 

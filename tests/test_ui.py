@@ -76,7 +76,10 @@ def server(seeds_home: Path, embedder: object, tmp_path_factory: pytest.TempPath
     """The app over the seeds, no LLM reachable: answers are extractive."""
     # source_min_ratio=0: every top-5 paper is a source, so the panel has several to switch between.
     served = _serve(
-        _copy_home(seeds_home, tmp_path_factory, "ui_home"), embedder, ollama_host="http://127.0.0.1:9", source_min_ratio=0.0
+        _copy_home(seeds_home, tmp_path_factory, "ui_home"),
+        embedder,
+        ollama_host="http://127.0.0.1:9",
+        source_min_ratio=0.0,
     )
     yield served
     served.app.close()
@@ -422,14 +425,19 @@ def test_a_running_ui_picks_up_papers_another_process_ingests(
 
     from conftest import run_cli
 
-    served = _serve(_copy_home(seeds_home, tmp_path_factory, "ui_live_home"), embedder, ollama_host="http://127.0.0.1:9")
+    served = _serve(
+        _copy_home(seeds_home, tmp_path_factory, "ui_live_home"), embedder, ollama_host="http://127.0.0.1:9"
+    )
     try:
         open_app(page, served.url)
         assert "38 research-paper abstracts" in page.locator(".rp-brand").inner_text()
         corpus = tmp_path / "new.jsonl"
-        new = {"id": "sundial-1", "title": "Sundial calibration with shadow transformers",
-               "abstract": "We calibrate ancient sundials from photographs with shadow transformers, a model that "
-                           "reads the gnomon's shadow and the hour lines, and reach a median error of four minutes."}
+        new = {
+            "id": "sundial-1",
+            "title": "Sundial calibration with shadow transformers",
+            "abstract": "We calibrate ancient sundials from photographs with shadow transformers, a model that "
+            "reads the gnomon's shadow and the hour lines, and reach a median error of four minutes.",
+        }
         corpus.write_text(json.dumps(new) + "\n", encoding="utf-8")
         res = run_cli("ingest", "--no-progress", str(corpus), env={"RAG_PAPERS_HOME": str(served.settings.home)})
         assert res.returncode == 0, res.stderr

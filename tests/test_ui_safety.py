@@ -341,8 +341,6 @@ def hostile_server(
     served.app.close()
 
 
-
-
 # Attributes that make the browser fetch or navigate (a tooltip or an input's value holding the text is fine).
 FIND_LIVE_MARKUP = """port => {
   const bad = [];
@@ -523,7 +521,9 @@ def test_allowed_models_come_from_settings(tmp_path: Path) -> None:
     from rag_papers.llm import allowed_models, resolve_model, smollm2_path
 
     extra = tmp_path / "other" / "tiny.gguf"
-    settings = Settings(home=tmp_path, llamacpp_models=[extra], ollama_models=["qwen2.5:0.5b"], ollama_host="http://127.0.0.1:9")
+    settings = Settings(
+        home=tmp_path, llamacpp_models=[extra], ollama_models=["qwen2.5:0.5b"], ollama_host="http://127.0.0.1:9"
+    )
     gguf = smollm2_path()
     assert gguf is not None
     lc = allowed_models(settings, "llamacpp")
@@ -651,7 +651,16 @@ def test_public_host_with_auth_requires_login(how: str, seeds_home: Path, tmp_pa
     if how == "auth-file":
         secret = tmp_path / "auth"
         secret.write_text("ada:s3cret-pw\n")
-        cmd = [str(VENV_BIN / "rag-papers"), "chat", "--host", "0.0.0.0", "--port", str(port), "--auth-file", str(secret)]
+        cmd = [
+            str(VENV_BIN / "rag-papers"),
+            "chat",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(port),
+            "--auth-file",
+            str(secret),
+        ]
     else:
         env["RAG_PAPERS_AUTH"] = "ada:s3cret-pw"
         cmd = [sys.executable, str(PROJECT_ROOT / "app.py"), "--host", "0.0.0.0", "--port", str(port)]
