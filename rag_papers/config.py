@@ -76,9 +76,9 @@ class Settings(BaseSettings):
     )
     embed_backend: EmbedBackend = Field(
         default="onnx",
-        description="Embedding runtime: onnx (default: torch's vectors to cosine 0.99999, 1.2x its throughput, "
-        "4x faster queries, starts without torch), onnx-int8 (int8 weights: 2x onnx's throughput, vectors at "
-        "cosine 0.994, a few paraphrase hits lost) or torch (sentence-transformers). See eval/results/embedding.md.",
+        description="Embedding runtime: onnx (default: torch's vectors, faster ingest and queries, starts without "
+        "torch), onnx-int8 (int8 weights: faster still, vectors slightly off fp32's, a few paraphrase hits lost) or "
+        "torch (sentence-transformers). Figures: eval/results/embedding.md, docs/design-notes.md.",
     )
     model_cache: Path | None = Field(
         default=None, description="Where exported ONNX models are cached (default: HOME/models)."

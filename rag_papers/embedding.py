@@ -9,11 +9,12 @@ touching storage code. Three backends, one interface (the ``Embedder`` protocol:
 - ``onnx`` (the default): the same network exported once to ONNX with
   ``torch.onnx.export`` (fused with onnxruntime's transformer optimizer) and run with
   onnxruntime directly, with the model folder's own pooling and normalisation. Its
-  vectors match torch's (cosine > 0.99999) and query time imports neither torch nor
-  sentence-transformers, so a one-shot ``rag-papers search`` starts fast;
+  vectors match torch's and query time imports neither torch nor sentence-transformers,
+  so a one-shot ``rag-papers search`` starts fast;
 - ``onnx-int8``: the plain export with its weight matrices quantized to int8 (dynamic,
-  per output channel): about twice ``onnx``'s throughput, vectors at cosine ~0.994,
-  which moved a few paraphrase questions on eval/qa.jsonl (eval/results/embedding.md).
+  per output channel): measured faster than ``onnx``, with vectors slightly off fp32's,
+  which moved a few paraphrase questions on eval/qa.jsonl. Figures:
+  eval/results/embedding.md and docs/design-notes.md.
 
 ``load_embedder(settings)`` picks one. Exported graphs are cached under
 ``settings.model_cache`` (default ``HOME/models``), keyed by model folder and variant,
@@ -62,7 +63,7 @@ OnnxVariant = Literal["fp32", "int8"]
 # Bump when the export recipe changes, so stale cached graphs are not reused.
 EXPORT_VERSION = 1
 # The int8 graph is used only if, on this machine, its vectors stay this close to fp32 (mean
-# cosine on fixed probe texts): int8 kernels differ between CPUs. Measured here (AVX-512 VNNI): 0.994.
+# cosine on fixed probe texts): int8 kernels differ between CPUs (what one CPU gave: docs/design-notes.md).
 INT8_MIN_COSINE = 0.985
 
 
@@ -441,9 +442,9 @@ def _optimize(raw: Path, dest: Path, info: ModelInfo) -> None:
 def _quantize(raw: Path, dest: Path) -> None:
     """int8 weights, per output channel, activations quantized on the fly.
 
-    Per-channel matters: per-tensor int8 gave cosine 0.92 to the fp32 vectors on the
-    seeds, per-channel 0.994. MatMuls between two activations (attention scores) stay
-    float.
+    Per-channel matters: per-tensor int8 moved the vectors much further from fp32's on
+    the seeds than per-channel does (docs/design-notes.md). MatMuls between two
+    activations (attention scores) stay float.
     """
     import logging
 

@@ -204,7 +204,8 @@ class Index:
         self, query_vec: list[float], n: int, total: int, where: dict[str, Any] | None
     ) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
         """(chunk hits, head hits). The two collections are searched at once: chromadb's HNSW search
-        runs without the GIL, and on 2 cores the pair took 5.0 instead of 6.9 ms at 100k papers (p50)."""
+        runs without the GIL, and on 2 cores the pair measured faster than one after the other at scale
+        (docs/design-notes.md)."""
         with self._vec_lock.read():
             docs = self.pool().submit(self.vectors.nearest, "docs", query_vec, min(max(n, 10), total), where)
             try:
@@ -269,8 +270,8 @@ class Index:
         fast = self._fast_keyword()
         if fast is not None:
             # FTS5's idf, with which the relevance floors were calibrated: tantivy's (Lucene's)
-            # keeps ln(1 + x), which at 38 papers gave mid-frequency words enough say to cost
-            # one lexical and one paraphrase hit at 1 on eval/qa.jsonl.
+            # keeps ln(1 + x), which on the small seed corpus gave mid-frequency words enough say
+            # to score worse on eval/qa.jsonl (docs/design-notes.md).
             scored = fast.search([(t, fts5_idf(n_docs, df[t]) / lucene_idf(n_docs, df[t])) for t in terms], n)
         else:
             scored = self._fts_keyword(terms, df, n_docs, n)
@@ -319,7 +320,7 @@ class Index:
         """(seq, BM25) from FTS5, for when the tantivy copy is not in step with the registry.
 
         Why not just ``ORDER BY rank``: FTS5 scores every paper that contains any query
-        term, so a term in a third of a 100k corpus costs tens of milliseconds. Candidates
+        term, so a common term in a large corpus makes a search slow. Candidates
         come from the rarest terms instead (at most ``KEYWORD_POSTINGS`` postings, where
         any paper worth ranking has its best evidence) and are then scored here with all
         terms. When every term fits the budget (any corpus up to a few thousand papers),
@@ -459,7 +460,7 @@ class Index:
     def _reopen_if_needed(self) -> None:
         """Reopen the embedded vector store if ``_watch`` asked for it, at most every ``REOPEN_SECONDS``.
 
-        Reopening reloads the HNSW indexes from disk (seconds at a million vectors), so beside a
+        Reopening reloads the HNSW indexes from disk (slow for a large store), so beside a
         long ingest that commits every few seconds a reader catches up at this pace, not per batch.
         """
         if not self._reopen_wanted or time.monotonic() - self._reopened_at < REOPEN_SECONDS:

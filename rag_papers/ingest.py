@@ -62,9 +62,9 @@ def passage_text(title: str, chunk: str) -> str:
 
     Chunks are as long as the model's window allows, so most abstracts are one head
     chunk plus one tail that overlaps it: every sentence is covered for about 2 embeddings
-    a paper. Smaller chunks (96 tokens, 4-5 a paper) measured no better on eval/qa.jsonl
-    and cost 2x the ingest time; no overlap (0 or 24 tokens instead of 48) lost 2
-    paraphrase hits at 1 for 8-10% fewer tokens.
+    a paper. Smaller chunks measured no better on eval/qa.jsonl and cost much more ingest
+    time; less overlap saved few tokens and scored worse on paraphrased questions
+    (docs/design-notes.md).
     """
     return f"{title}. {chunk}"
 
@@ -355,7 +355,7 @@ class Ingester:
         Vectors go to the collection with flat metadata (ids, paper, chunk, year, venue),
         not through llama-index's ``ChromaVectorStore.add``: that stores each chunk's text as a
         Chroma document (which Chroma also indexes for ``where_document``) plus llama-index's
-        node JSON in its metadata, several times the time and disk per vector (docs/).
+        node JSON in its metadata, several times the time and disk per vector (docs/design-notes.md).
         Chunk texts live in the registry's ``chunks`` table, written in the same
         transaction as the paper.
         """

@@ -2,9 +2,9 @@
 
 Why tantivy, beside the registry's SQLite FTS5 table: FTS5 has no early termination, so
 ranking costs a walk of every posting of every query term. Even limited to the rarest
-terms' postings (``KEYWORD_POSTINGS``) it took 8.5 ms for a top-100 at 100k synthetic
-papers, against 0.8 ms at 1k; tantivy (block-max WAND over impact-bounded blocks) took
-0.4 ms, with exact BM25 over all query terms (60 bench topic queries; issue 5's notes).
+terms' postings (``KEYWORD_POSTINGS``) its time grew with the corpus on synthetic
+benchmark corpora, while tantivy (block-max WAND over impact-bounded blocks) measured
+much faster at scale, with exact BM25 over all query terms (docs/design-notes.md).
 
 The FTS5 table stays the source of truth for keyword text: it changes in the same
 transaction as the paper rows. This index gets a batch's papers before the registry
@@ -12,7 +12,7 @@ commits them and loses removed papers after the registry has dropped them, so ou
 rebuild it holds a superset of the registry's papers, and equal counts mean equal sets.
 It is used only while the counts (and largest ``seq``) agree; otherwise (a killed ingest,
 a removal cut short, an index from before this copy) searches fall back to FTS5 and the
-next write rebuilds it from the registry's text (4.4 s at 100k papers).
+next write rebuilds it from the registry's text (seconds at scale: docs/design-notes.md).
 """
 
 from __future__ import annotations

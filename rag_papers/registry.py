@@ -148,10 +148,11 @@ def connect(path: Path, mmap: bool = False) -> sqlite3.Connection:
     db.row_factory = sqlite3.Row
     if mmap:
         # Read pages through a memory map (SQLite caps it at 2 GiB) instead of a read() call per
-        # page: at 100k papers a cold search touches ~1,000 pages of FTS postings and rows, and
-        # this cut the keyword side of a fresh process's searches from 11.5 to 7.0 ms (p50).
+        # page: a cold search of a large index touches many pages of FTS postings and rows, and
+        # this measured faster for the keyword side of a fresh process's searches.
         # Only for the search threads' read connections: mapped pages count as the process's
-        # memory, and on the ingest connection they took a 100k ingest's peak RSS to 2,049 MB.
+        # memory, and on the ingest connection they raised a large ingest's peak RSS by far
+        # (figures: docs/design-notes.md).
         db.execute("PRAGMA mmap_size=4294967296")
     return db
 

@@ -292,7 +292,7 @@ class Retriever:
         scored.sort(key=lambda x: (-x[0], x[1]))
         # Registry rows only for the winners, read in rank order (k at a time, 4k with filters)
         # until k pass the filters: reading all ~100 candidates' rows was most of the fusion
-        # time at 100k papers.
+        # time on a large index (docs/design-notes.md).
         papers: dict[str, Paper] = {}
         hits: list[Hit] = []
         rejected = 0  # candidates the filters turned away

@@ -10,7 +10,7 @@ whole-paper (head) vectors ``<paper id>:doc``.
 Why the chromadb collections themselves and not llama-index's ``ChromaVectorStore``:
 that wrapper writes every chunk's text as a Chroma document plus its node JSON as
 metadata, and decodes that JSON on every query; ids and distances are all a search
-needs here (docs/ has the measurements).
+needs here (docs/design-notes.md).
 """
 
 from __future__ import annotations
