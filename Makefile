@@ -20,10 +20,9 @@ lint:
 	.venv/bin/ruff check $(SOURCES)
 	.venv/bin/mypy rag_papers app.py tests
 
-# What CI checks before the tests: formatting, lint, and strict types on the package.
+# What CI checks before the tests: formatting, lint, and types (strict on the package: pyproject.toml).
 check: lint
 	.venv/bin/ruff format --check $(SOURCES)
-	.venv/bin/mypy --strict rag_papers
 
 format:
 	.venv/bin/ruff format $(SOURCES)

@@ -42,7 +42,7 @@ KEYWORD_POSTINGS = 5000
 
 
 class Index:
-    """The indexed corpus: ``ingest``, ``remove``, ``dense``, ``keyword``, ``get``."""
+    """An open data directory, read side: ``nearest``, ``keyword``, ``get``, ``passages``; writes go to ``Ingester``."""
 
     def __init__(self, settings: Settings, embedder: Embedder | None = None, *, rebuild: bool = False) -> None:
         """Open (or create) the data directory's registry.

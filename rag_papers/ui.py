@@ -1244,7 +1244,7 @@ class ChatApp:
                 concurrency_id="generate",
                 concurrency_limit=4,
             )
-            gr.api(self.api_search, api_name="search", concurrency_id="search", concurrency_limit=16)  # type: ignore[attr-defined]
+            gr.api(self.api_search, api_name="search", concurrency_id="search", concurrency_limit=16)  # type: ignore[attr-defined,unused-ignore]
         demo.queue(default_concurrency_limit=8)
         blocks: gr.Blocks = demo
         return blocks

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 
-BIG = 120  # the size killed and resumed: big enough to kill partway, small enough for CI
+BIG = 80  # the size killed and resumed: big enough to kill partway (batches of 32), small enough for CI
 
 
 @pytest.mark.slow
