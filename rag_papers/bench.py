@@ -530,8 +530,7 @@ class Bench:
             "_ids": q.get("ids", []),  # compared with the server run's, then dropped
         }
         if killed:
-            check = verify_index(home, self.backend, self.model_cache)
-            ok = index_complete(check, n)
+            check, ok = self.verify(home, n)
             out["kill_resume"] = {**killed, "rerun_added": ing["added"], **check, "ok": ok}
             self.log(f"{tag}: kill and resume {'OK' if ok else 'FAILED'}: {out['kill_resume']}")
         if not chroma_url:
@@ -542,6 +541,16 @@ class Bench:
         )
         self.homes[(tag, n)] = home  # removed at the end of the run (unless --keep): the growth check queries it again
         return out
+
+    def verify(self, home: Path, n: int) -> tuple[dict[str, Any], bool]:
+        """The ingest stage's consistency check of the index in ``home`` (after a kill and resume), and
+        whether it found all ``n`` papers complete."""
+        from rag_papers.config import Settings
+        from rag_papers.ingest import index_complete, verify_index
+
+        settings = Settings(home=home, embed_backend=self.backend, model_cache=self.model_cache)  # type: ignore[arg-type]
+        check = verify_index(settings)
+        return check, index_complete(check, n)
 
     def cold_start(self, home: Path) -> float:
         times = []
@@ -660,8 +669,7 @@ class Bench:
         if killed["killed_at_papers"] < 0:
             self.log("resume check: the ingest finished before it could be killed (corpus too small)")
         rerun = _worker("ours-ingest", args, self.env(home))
-        check = verify_index(home, self.backend, self.model_cache)
-        ok = index_complete(check, n)
+        check, ok = self.verify(home, n)
         out = {"n": n, "killed_at_papers": killed["killed_at_papers"], "rerun_added": rerun["added"], **check, "ok": ok}
         self.log(f"resume check: {'OK' if ok else 'FAILED'} {out}")
         if not self.args.keep:
@@ -830,20 +838,6 @@ class Bench:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(self.results, indent=1))
         out.with_suffix(".md").write_text(markdown(self.results))
-
-
-def verify_index(home: Path, backend: str, model_cache: Path) -> dict[str, Any]:
-    """The ingest stage's consistency check of the index in ``home``."""
-    from rag_papers.config import Settings
-    from rag_papers.ingest import verify_index as verify
-
-    return verify(Settings(home=home, embed_backend=backend, model_cache=model_cache))  # type: ignore[arg-type]
-
-
-def index_complete(check: dict[str, Any], n: int) -> bool:
-    from rag_papers.ingest import index_complete as complete
-
-    return complete(check, n)
 
 
 def _default_backend() -> str:
