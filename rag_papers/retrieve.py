@@ -20,6 +20,9 @@ from rag_papers import RagPapersError
 from rag_papers.config import Settings
 from rag_papers.corpus import Paper
 from rag_papers.index import Index
+from rag_papers.keyword import lucene_idf, useful_terms
+
+BM25_K1 = 1.2  # the keyword index's (rag_papers.keyword): a term's BM25 is at most (k1 + 1) x its idf
 
 
 @dataclass
@@ -281,14 +284,11 @@ class Retriever:
         t1 = time.perf_counter()
         w = {"hybrid": s.dense_weight, "dense": 1.0, "bm25": 0.0}[mode]
         dense_floor = min((d for d, _ in dense.values()), default=0.0)  # for papers only the keyword side found
-        # The keyword side's say scales with its own confidence: when even its best paper
-        # matches little of the query (a paraphrase), its ranking is mostly noise.
-        kw_conf = max(keyword.values(), default=0.0) ** 0.5 if mode == "hybrid" else 1.0
         scored: list[tuple[float, str, float, float]] = []
         for pid in dict.fromkeys([*dense, *keyword]):
             d = dense[pid][0] if pid in dense else dense_floor
             kw = keyword.get(pid, 0.0)
-            scored.append((round(_fused(w, d, kw * kw_conf), 4), pid, d, kw))
+            scored.append((round(_fused(w, d, kw), 4), pid, d, kw))
         scored.sort(key=lambda x: (-x[0], x[1]))
         # Registry rows only for the winners, read in rank order (k at a time, 4k with filters)
         # until k pass the filters: reading all ~100 candidates' rows was most of the fusion
@@ -369,35 +369,52 @@ class Retriever:
         return f"none of the papers that match the query passes the filters ({filters.describe()})"
 
     def _keyword_side(self, query: str, pool: int) -> tuple[dict[str, float], float, float]:
-        """(paper id -> share of the query's idf mass matched, coverage, milliseconds)."""
+        """(paper id -> specificity-weighted keyword share, coverage, milliseconds).
+
+        A paper's share is the part of the query's specific idf mass it matches, each term
+        saturated as BM25 saturates it: its BM25 over the specific terms (in at most
+        ``keyword_max_df`` of the papers) divided by (k1 + 1) x the idf of those terms plus
+        the idf of the query words no paper has. Generic words count for nothing, and a
+        query mostly made of words the corpus lacks matches little of itself.
+
+        ``coverage``: the share of the query's squared idf that the corpus knows, the
+        relevance evidence's second part (``relevance``).
+        """
         t0 = time.perf_counter()
+        n_docs, stats = self.index.term_stats(keyword_query(query))
+        if not stats or not n_docs:
+            return {}, 0.0, _ms(t0)
+        idf = {t: lucene_idf(n_docs, df) for t, df in stats}
+        every = sum(v * v for v in idf.values())
+        coverage = sum(idf[t] ** 2 for t, df in stats if df) / every if every else 0.0
+        terms = useful_terms(stats, n_docs, self.settings.keyword_max_df)
+        if not terms and self.settings.retrieval == "bm25":  # keyword-only: common words are all there is
+            terms = [t for t, df in stats if df]
+        mass = (BM25_K1 + 1) * (sum(idf[t] for t in terms) + sum(idf[t] for t, df in stats if not df))
         keyword: dict[str, float] = {}
-        coverage = 1.0
-        kq = keyword_query(query)
-        known_idf, total_idf = self.index.bm25_max_idf(kq)
-        if known_idf > 0:
-            coverage = known_idf / total_idf
-            for pid, score in self.index.keyword(kq, pool):
-                keyword[pid] = min(1.0, score / known_idf)
+        if terms and mass > 0:
+            for pid, score in self.index.keyword_terms(terms, pool):
+                keyword[pid] = min(1.0, score / mass)
         return keyword, coverage, _ms(t0)
 
     def relevance(self, hits: list[Hit], coverage: float = 1.0) -> float:
         """Evidence, not an LLM: the score that must reach ``floor()`` for a result to count as relevant.
 
-        For the decision the keyword share is taken over *all* query words, unknown ones
-        included (``coverage`` scales it), so an egg-boiling question that shares one word
-        with an abstract stays off-topic. The floors were calibrated on eval/qa.jsonl for
-        at most 1% wrongly refused answerable questions; ``rag-papers eval`` prints the
-        floor that would do that on any Q&A file.
+        Hybrid: the best cosine plus ``coverage_weight`` x the share of the question's
+        (squared) idf mass that the corpus knows, so a question whose rarest words no
+        abstract contains needs a closer match. Fitted on eval/qa.jsonl's dev part with
+        the floor (``rag-papers eval`` refits the floor on any Q&A file); the combination
+        was chosen among others there (eval/README.md).
         """
         if not hits:
             return 0.0
         s = self.settings
         if s.retrieval == "bm25":
-            return hits[0].keyword_score * coverage
+            return hits[0].keyword_score
+        best = max(h.dense_score for h in hits)
         if s.retrieval == "dense":
-            return max(h.dense_score for h in hits)
-        return max(_fused(s.dense_weight, h.dense_score, h.keyword_score * coverage) for h in hits)
+            return best
+        return best + s.coverage_weight * coverage
 
     def floor(self) -> float:
         s = self.settings
@@ -405,7 +422,7 @@ class Retriever:
 
 
 def _fused(w: float, dense: float, keyword: float) -> float:
-    """One score from a cosine and a (confidence- or coverage-scaled) keyword share."""
+    """One score from a cosine and a specificity-weighted keyword share."""
     return w * dense + (1 - w) * keyword
 
 

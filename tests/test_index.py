@@ -461,7 +461,8 @@ def test_cli_chroma_url_without_server_is_one_line_error(tmp_path: Path) -> None
 def test_keyword_candidates_from_rare_terms_keep_fts5_scores(
     seeded: Settings, monkeypatch: pytest.MonkeyPatch, budget: int
 ) -> None:
-    """FTS5 fallback: with a postings budget too small for every term, papers are scored in Python: same BM25 as FTS5's."""
+    """FTS5 fallback: with a postings budget too small for every term, candidates come from the rarest terms and
+    keep the scores they get when every matching paper is scored."""
     import rag_papers.index as index_module
 
     index = Index(seeded)
@@ -485,7 +486,7 @@ def test_keyword_candidates_from_rare_terms_keep_fts5_scores(
 
 
 def test_keyword_copy_ranks_by_bm25_over_every_paper(seeded: Settings) -> None:
-    """tantivy's top-n and scores are BM25 (k1=1.2, b=0.75, FTS5's idf) computed here over all papers.
+    """tantivy's top-n and scores are BM25 (k1=1.2, b=0.75, Lucene's idf) over the specific terms, computed here.
 
     tantivy stores document lengths in a lossy byte, hence scores within a few percent.
     """
@@ -502,13 +503,13 @@ def test_keyword_copy_ranks_by_bm25_over_every_paper(seeded: Settings) -> None:
         "mixture of experts routing with a Dirichlet distribution",
         "language models reasoning with fewer tokens",
     ):
-        n_docs, stats = index._term_stats(q)
+        n_docs, stats = index.term_stats(q)
         df, terms = dict(stats), _useful(stats, n_docs)
         exact: dict[str, float] = {}
         for seq, toks in docs.items():
             norm = 1.2 * (1 - 0.75 + 0.75 * len(toks) / avgdl)
             score = sum(
-                max(math.log((n_docs - df[t] + 0.5) / (df[t] + 0.5)), 1e-6) * c * 2.2 / (c + norm)
+                math.log(1 + (n_docs - df[t] + 0.5) / (df[t] + 0.5)) * c * 2.2 / (c + norm)
                 for t in terms
                 if (c := toks.count(t))
             )

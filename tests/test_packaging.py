@@ -143,6 +143,16 @@ def test_a_wheel_installed_outside_the_repo_ingests_and_answers(tmp_path: Path, 
     )
     assert res.returncode != 0 and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert "--qa" in res.stderr and "Traceback" not in res.stderr
+    # With a Q&A file, results go under the data directory, never into the package or a checkout's eval/results.
+    qa = tmp_path / "mine.jsonl"
+    qa.write_text("".join(line + "\n" for line in (PROJECT_ROOT / "eval" / "qa.jsonl").read_text().splitlines()[:6]))
+    committed = {p.name: p.stat().st_mtime_ns for p in (PROJECT_ROOT / "eval" / "results").iterdir()}
+    run([str(bin_dir / "rag-papers"), "eval", "--qa", str(qa), "--configs", "bm25"], cwd=elsewhere, env=env)
+    assert (tmp_path / "home" / "eval" / "results.json").is_file() and (
+        tmp_path / "home" / "eval" / "report.md"
+    ).is_file()
+    assert {p.name: p.stat().st_mtime_ns for p in (PROJECT_ROOT / "eval" / "results").iterdir()} == committed
+    assert not (pkg / "eval").exists() and not (elsewhere / "eval").exists()
 
     # The wheel carries every prompt and seed file of the tree, and no repository folder at the top level.
     names = set(zipfile.ZipFile(wheel).namelist())
