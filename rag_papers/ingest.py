@@ -494,6 +494,12 @@ class Ingester:
         finally:
             self.db.commit()  # only the temp tables were written
         self.index.kw_store.lock()  # a second writer is refused here, before anything is written
+        if self.index._embedder is None:
+            # The model must be at hand before anything is written (a rebuild drops the index) or a
+            # progress bar drawn: a hub name that cannot be fetched, a missing package, stops here.
+            from rag_papers.embedding import resolve_model_path
+
+            resolve_model_path(self.settings.embed_model, self.settings.models_dir)
         if rebuild:
             self.clear()
         self.index.check_model()

@@ -202,6 +202,7 @@ class Hit:
     passage: str
     year: int | None = None
     venue: str | None = None
+    rerank_score: float | None = None  # the reranker's score, for the candidates it rescored (rag_papers/rerank.py)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -290,6 +291,14 @@ class Retriever:
             kw = keyword.get(pid, 0.0)
             scored.append((round(_fused(w, d, kw), 4), pid, d, kw))
         scored.sort(key=lambda x: (-x[0], x[1]))
+        # --- reranker hook (rag_papers/rerank.py): with settings.reranker set, a cross-encoder reorders the
+        # top rerank_candidates of ``scored``; the rest keep their fused order after them.
+        rerank_scores: dict[str, float] = {}
+        if s.reranker:
+            from rag_papers.rerank import rerank_scored
+
+            scored, rerank_scores, timings["rerank_ms"] = rerank_scored(self.index, s, query, scored, filters)
+        # --- end of the reranker hook
         # Registry rows only for the winners, read in rank order (k at a time, 4k with filters)
         # until k pass the filters: reading all ~100 candidates' rows was most of the fusion
         # time on a large index (docs/design-notes.md).
@@ -318,6 +327,7 @@ class Retriever:
                         passage="",  # the best chunk's text, fetched below for the winners only
                         year=paper.year,
                         venue=paper.venue,
+                        rerank_score=rerank_scores.get(pid),
                     )
                 )
             if len(hits) == k:
@@ -409,6 +419,8 @@ class Retriever:
         if not hits:
             return 0.0
         s = self.settings
+        if s.reranker and s.min_rerank is not None:  # the reranker's best score decides (rag_papers/rerank.py)
+            return max((h.rerank_score for h in hits if h.rerank_score is not None), default=0.0)
         if s.retrieval == "bm25":
             return hits[0].keyword_score
         best = max(h.dense_score for h in hits)
@@ -418,6 +430,8 @@ class Retriever:
 
     def floor(self) -> float:
         s = self.settings
+        if s.reranker and s.min_rerank is not None:
+            return s.min_rerank
         return {"bm25": s.min_bm25, "dense": s.min_dense, "hybrid": s.min_score}[s.retrieval]
 
 
