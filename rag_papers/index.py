@@ -6,7 +6,8 @@ Four stores, one source of truth:
   and a rerun resumes where it stopped;
 - two Chroma collections (``rag_papers.vectors``, embedded or server): chunk vectors,
   and one head vector per paper, with flat metadata for filters (texts are in the
-  registry). Hits whose paper is not in the registry are ignored;
+  registry), and two more of the same for an optional second embedding model
+  (``embed_model_2``). Hits whose paper is not in the registry are ignored;
 - an SQLite FTS5 keyword index over whole papers, in the registry's own database, so
   it changes in the same transaction as the paper rows;
 - a tantivy copy of it for fast BM25 (``rag_papers.keyword``), trusted only while it
@@ -31,11 +32,11 @@ from typing import Any
 from rag_papers import RagPapersError
 from rag_papers.config import Settings
 from rag_papers.corpus import Paper
-from rag_papers.embedding import Embedder, load_embedder
+from rag_papers.embedding import Embedder, check_model_installed, load_embedder
 from rag_papers.ingest import Ingester, IngestReport, RepairReport
 from rag_papers.keyword import KeywordStore, keyword_tokens, lucene_idf, useful_terms
 from rag_papers.registry import RegistryError, connect, in_batches, open_registry, row_to_paper, set_aside
-from rag_papers.vectors import VectorStore, VectorStoreError
+from rag_papers.vectors import VectorStore, VectorStoreError, kinds
 
 # Keyword candidates come from the rarest query terms, up to this many postings (see Index.keyword).
 KEYWORD_POSTINGS = 5000
@@ -44,8 +45,15 @@ KEYWORD_POSTINGS = 5000
 class Index:
     """An open data directory, read side: ``nearest``, ``keyword``, ``get``, ``passages``; writes go to ``Ingester``."""
 
-    def __init__(self, settings: Settings, embedder: Embedder | None = None, *, rebuild: bool = False) -> None:
-        """Open (or create) the data directory's registry.
+    def __init__(
+        self,
+        settings: Settings,
+        embedder: Embedder | None = None,
+        *,
+        rebuild: bool = False,
+        embedder2: Embedder | None = None,
+    ) -> None:
+        """Open (or create) the data directory's registry; ``embedder2``: a loaded ``embed_model_2`` (tests share one).
 
         A registry SQLite cannot read stops here with one line naming the file and the way
         out; with ``rebuild`` (``ingest --rebuild``) it is set aside and a fresh one started.
@@ -74,6 +82,7 @@ class Index:
         # Shared by every search on this index; a task in it must never wait on another task in it.
         self._threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="rag-papers-search")
         self._embedder = embedder
+        self._embedder2 = embedder2
         self.vectors = VectorStore(settings)
         self._vec_lock = _ReadWriteLock()  # searches read the vector store; a reopen waits for them
         self.notes: list[str] = list(
@@ -102,6 +111,20 @@ class Index:
             self._embedder = load_embedder(self.settings)
         return self._embedder
 
+    @property
+    def embedder2(self) -> Embedder | None:
+        """The second embedding model (``embed_model_2``, on the same backend), or None when none is set."""
+        if not self.settings.embed_model_2:
+            return None
+        if self._embedder2 is None:
+            self._embedder2 = load_embedder(self.settings, model=self.settings.embed_model_2)
+        return self._embedder2
+
+    def embedders(self) -> list[Embedder]:
+        """The models in use, by number: ``[embedder]`` or ``[embedder, embedder2]`` (``nearest``'s ``model``)."""
+        second = self.embedder2
+        return [self.embedder] if second is None else [self.embedder, second]
+
     def _meta(self, key: str) -> str | None:
         row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
         return row[0] if row else None
@@ -117,15 +140,36 @@ class Index:
         return self.vectors.collection("docs")
 
     def check_model(self) -> None:
-        """Fail early (before loading anything heavy) if the registry was built with another model."""
+        """Fail early (before loading anything heavy) if the registry was built with another model.
+
+        The second model likewise, except that one may be added to an index that has none: the next
+        ``ingest`` (or ``repair``) embeds every paper with it. Its packages are checked here too, so
+        a missing mpnet is one line before any work rather than after it.
+        """
         built_with = self._meta("embed_model")
         if built_with and built_with != self.settings.embed_model:
             raise RagPapersError(
                 f"the index was built with embedding model {built_with!r} but {self.settings.embed_model!r} is "
                 "configured: re-ingest with `rag-papers ingest --rebuild` or set embed_model back"
             )
+        second, wanted = self._meta("embed_model_2"), self.settings.embed_model_2
+        if second and second != wanted:
+            if wanted:
+                raise RagPapersError(
+                    f"the index was built with second embedding model {second!r} but embed_model_2 is {wanted!r}: "
+                    "re-ingest with `rag-papers ingest --rebuild` or set embed_model_2 back"
+                )
+            raise RagPapersError(
+                f"the index was built with a second embedding model, {second!r}, and none is configured: set "
+                f"embed_model_2 (--embed-model-2 {second}, or the preset it was built with) or re-ingest with "
+                "`rag-papers ingest --rebuild`"
+            )
+        if wanted:
+            check_model_installed(wanted)
         if self.settings.chroma_url:
             self.store  # noqa: B018 - also checks the server's collection
+            if wanted and second:
+                self.vectors.collection("chunks2")
 
     # ---- reading
     def count(self) -> int:
@@ -177,9 +221,12 @@ class Index:
         ]
 
     def nearest(
-        self, query_vec: list[float], n: int, where: dict[str, Any] | None = None
+        self, query_vec: list[float], n: int, where: dict[str, Any] | None = None, model: int = 0
     ) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
         """(chunk hits, head hits) as (vector id, cosine) for ``n`` papers' worth of candidates.
+
+        ``model``: 0 searches ``embed_model``'s collections, 1 ``embed_model_2``'s (``query_vec``
+        then comes from ``embedder2``).
 
         How the two combine into a paper's score is the retrieve stage's decision
         (``retrieve.dense_hits``). Vectors of half-ingested papers may be among these: the
@@ -190,7 +237,7 @@ class Index:
             return [], []
         self._reopen_if_needed()
         try:
-            return self._nearest_both(query_vec, n, total, where)
+            return self._nearest_both(query_vec, n, total, where, model)
         except VectorStoreError as exc:
             # Another process dropped or set aside the collections this process still holds (a
             # rebuild, a repair): reopen once and search again before calling anything damaged.
@@ -198,18 +245,21 @@ class Index:
                 raise
             with self._vec_lock.write():
                 self.vectors.reopen()
-            return self._nearest_both(query_vec, n, total, where)
+            return self._nearest_both(query_vec, n, total, where, model)
 
     def _nearest_both(
-        self, query_vec: list[float], n: int, total: int, where: dict[str, Any] | None
+        self, query_vec: list[float], n: int, total: int, where: dict[str, Any] | None, model: int = 0
     ) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
         """(chunk hits, head hits). The two collections are searched at once: chromadb's HNSW search
         runs without the GIL, and on 2 cores the pair measured faster than one after the other at scale
         (docs/design-notes.md)."""
+        if model and not self.settings.embed_model_2:
+            raise RagPapersError("nearest(model=1) needs a second embedding model: set embed_model_2")
+        chunks_of, docs_of = kinds(model)
         with self._vec_lock.read():
-            docs = self.pool().submit(self.vectors.nearest, "docs", query_vec, min(max(n, 10), total), where)
+            docs = self.pool().submit(self.vectors.nearest, docs_of, query_vec, min(max(n, 10), total), where)
             try:
-                chunk_hits = self.vectors.nearest("chunks", query_vec, min(max(n * 3, 30), 4 * total + 10), where)
+                chunk_hits = self.vectors.nearest(chunks_of, query_vec, min(max(n * 3, 30), 4 * total + 10), where)
             finally:
                 doc_hits = docs.result()
         return chunk_hits, doc_hits
@@ -454,14 +504,21 @@ class Index:
         Counts first, then a sample of papers spread over the registry (and its newest):
         a store switched to a server, or a Chroma folder deleted and recreated, can have
         the right collection names but not this registry's vectors. More vectors than
-        papers is normal (a running ingest writes vectors before registering papers).
+        papers is normal (a running ingest writes vectors before registering papers). With
+        ``embed_model_2`` set, its collections are checked the same way.
         """
         n = self.count()
         if n == 0:
             return None
-        have = self.vectors.count("docs")
-        if have < n:
-            return f"it holds vectors for {have:,} papers, the registry has {n:,}"
+        for model in self.vectors.models():
+            have = self.vectors.count(kinds(model)[1])
+            if have < n:
+                where = (
+                    "it holds"
+                    if model == 0
+                    else f"its collections for embed_model_2 {self.settings.embed_model_2!r} hold"
+                )
+                return f"{where} vectors for {have:,} papers, the registry has {n:,}"
         max_seq = int(self._conn().execute("SELECT COALESCE(MAX(seq), 0) FROM papers").fetchone()[0])
         seqs = sorted(
             {1 + (max_seq - 1) * k // max(sample - 1, 1) for k in range(sample)}
@@ -469,11 +526,14 @@ class Index:
         )
         marks = ",".join("?" * len(seqs))
         ids = [r[0] for r in self._conn().execute(f"SELECT id FROM papers WHERE seq IN ({marks})", seqs)]
-        docs = self.vectors.existing("docs", [f"{pid}:doc" for pid in ids])
-        chunks = self.vectors.existing("chunks", [f"{pid}:0" for pid in ids])
-        missing = [pid for pid in ids if f"{pid}:doc" not in docs or f"{pid}:0" not in chunks]
-        if missing:
-            return f"{len(missing)} of {len(ids)} sampled papers have no vectors in it"
+        for model in self.vectors.models():
+            chunks_of, docs_of = kinds(model)
+            docs = self.vectors.existing(docs_of, [f"{pid}:doc" for pid in ids])
+            chunks = self.vectors.existing(chunks_of, [f"{pid}:0" for pid in ids])
+            missing = [pid for pid in ids if f"{pid}:doc" not in docs or f"{pid}:0" not in chunks]
+            if missing:
+                of = "" if model == 0 else f" for embed_model_2 {self.settings.embed_model_2!r}"
+                return f"{len(missing)} of {len(ids)} sampled papers have no vectors{of} in it"
         return None
 
     def check_vectors(self) -> None:

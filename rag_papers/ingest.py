@@ -4,7 +4,9 @@ The write side of an index. Order of writes, so that a kill at any point leaves 
 previous index usable and a rerun resumes: a batch's ids go to ``pending`` first, then
 its vectors to the vector store and its tokens to the tantivy copy, then one registry
 transaction makes the papers visible. Vectors and the keyword copy are derived data:
-``repair`` rebuilds them from the registry alone.
+``repair`` rebuilds them from the registry alone. With a second embedding model
+(``embed_model_2``) every write embeds each passage with both models into their own
+collections; one added to an existing index is caught up by the same reconciliation.
 """
 
 from __future__ import annotations
@@ -35,12 +37,14 @@ from rag_papers.corpus import (
 from rag_papers.keyword import keyword_tokens, term_counts
 from rag_papers.registry import in_batches, registry_error, registry_write
 from rag_papers.vectors import (
+    MODEL_KINDS,
     DiskFullError,
     VectorStore,
     VectorStoreError,
     disk_full_error,
     free_bytes,
     is_disk_full,
+    kinds,
     mb,
     tree_bytes,
 )
@@ -94,8 +98,9 @@ class IngestReport:
 class RepairReport:
     papers: int = 0
     checked: bool = False  # every paper's vectors were looked up (not only counts and a sample)
-    reembedded: int = 0
-    chunks: int = 0
+    reembedded: int = 0  # papers that lacked vectors of either model
+    chunks: int = 0  # passages embedded, counted once per model
+    second_model: int = 0  # papers embedded with embed_model_2 (all of them when it was just added)
     moved_aside: str = ""
     seconds: float = 0.0
 
@@ -221,10 +226,32 @@ class Ingester:
         finally:
             self.index.release_writer()
 
+    def _adopt_second_model(self) -> bool:
+        """Start keeping ``embed_model_2``'s vectors in an index that has none (True when it did).
+
+        Its collections start empty (any there are leftovers, maybe of another model) and the
+        registry records the model at once, so an ingest killed while embedding the existing
+        papers with it resumes: the gaps check finds them still missing. A different model
+        already recorded is ``check_model``'s error, never replaced.
+        """
+        wanted = self.settings.embed_model_2
+        if not wanted or self.index._meta("embed_model_2") == wanted:
+            return False
+        self.index.check_model()
+        try:
+            self.index.vectors.drop(MODEL_KINDS[1])
+        except VectorStoreError as exc:
+            if not exc.damaged:
+                raise  # a damaged store is set aside (whole) by the probe that follows
+        with self._registry_write(), self.db:
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('embed_model_2', ?)", (wanted,))
+        return True
+
     def _repair(self, show_progress: bool, full: bool) -> RepairReport:
         """``full``: check every paper; otherwise only when the counts or a sample say something is missing."""
         t0 = time.perf_counter()
         report = RepairReport(papers=self.index.count())
+        adding = self._adopt_second_model()
         try:
             self.index.vectors.probe()
         except VectorStoreError as exc:
@@ -246,7 +273,9 @@ class Ingester:
         self._sync_keyword(show_progress)
         if full or report.moved_aside or self.index.vector_gaps() is not None:
             report.checked = True
-            progress = progress_bar(report.papers, "repair vectors", show_progress and report.papers > 0)
+            desc = f"embed with {self.settings.embed_model_2}" if adding else "repair vectors"
+            progress = progress_bar(report.papers, desc, show_progress and report.papers > 0)
+            models = self.index.vectors.models()
             batch_size = max(8, self.settings.embed_batch_size // 2)
             last = 0
             while True:
@@ -257,33 +286,48 @@ class Ingester:
                     break
                 last = int(rows[-1]["seq"])
                 ids = [r["id"] for r in rows]
-                lacking = self._lacking_vectors(ids)
-                if lacking:
-                    report.reembedded += len(lacking)
-                    report.chunks += self._reembed(lacking)
+                lacking = {m: self._lacking_vectors(ids, m) for m in models}
+                # Each paper is embedded by the models whose vectors it lacks, so adding a second
+                # model never re-embeds with the first.
+                by_models: dict[tuple[int, ...], list[str]] = {}
+                for pid in ids:
+                    wanted = tuple(m for m in models if pid in lacking[m])
+                    if wanted:
+                        by_models.setdefault(wanted, []).append(pid)
+                for wanted, pids in by_models.items():
+                    report.reembedded += len(pids)
+                    report.second_model += len(pids) if 1 in wanted else 0
+                    report.chunks += self._reembed(pids, wanted)
                 if progress is not None:
                     progress.update(len(rows))
             if progress is not None:
                 progress.close()
             if report.reembedded:
                 self._bump_vector_epoch()  # readers in other processes reopen the store to see them
-                self.notes.append(
-                    f"re-embedded {report.reembedded:,} papers ({report.chunks:,} chunks) from the registry into "
-                    f"the vector store at {self.index.vectors.location}"
-                )
+                if adding and report.second_model == report.reembedded:
+                    self.notes.append(
+                        f"embedded {report.second_model:,} papers ({report.chunks:,} chunks) from the registry with "
+                        f"the second embedding model {self.settings.embed_model_2!r}"
+                    )
+                else:
+                    self.notes.append(
+                        f"re-embedded {report.reembedded:,} papers ({report.chunks:,} chunks) from the registry into "
+                        f"the vector store at {self.index.vectors.location}"
+                    )
         report.seconds = round(time.perf_counter() - t0, 3)
         return report
 
-    def _lacking_vectors(self, ids: list[str]) -> list[str]:
-        """Which of these registered papers miss their head vector or any chunk vector."""
+    def _lacking_vectors(self, ids: list[str], model: int = 0) -> list[str]:
+        """Which of these registered papers miss their head vector or any chunk vector of embedding model ``model``."""
         n_chunks = {
             r["id"]: int(r["n_chunks"])
             for part, marks in in_batches(ids)
             for r in self.db.execute(f"SELECT id, n_chunks FROM papers WHERE id IN ({marks})", part)
         }
-        docs = self.index.vectors.existing("docs", [f"{pid}:doc" for pid in ids])
+        chunks_of, docs_of = kinds(model)
+        docs = self.index.vectors.existing(docs_of, [f"{pid}:doc" for pid in ids])
         chunks = self.index.vectors.existing(
-            "chunks", [f"{pid}:{i}" for pid in ids for i in range(n_chunks.get(pid, 1))]
+            chunks_of, [f"{pid}:{i}" for pid in ids for i in range(n_chunks.get(pid, 1))]
         )
         return [
             pid
@@ -291,8 +335,9 @@ class Ingester:
             if f"{pid}:doc" not in docs or any(f"{pid}:{i}" not in chunks for i in range(n_chunks.get(pid, 1)))
         ]
 
-    def _reembed(self, paper_ids: list[str]) -> int:
-        """Embed these registered papers again from their chunk texts (re-chunking any that have none)."""
+    def _reembed(self, paper_ids: list[str], models: Sequence[int] = (0,)) -> int:
+        """Embed these registered papers again from their chunk texts with ``models`` (re-chunking any that have
+        none, which then need every model's vectors anew); returns passages embedded, once per model."""
         papers = self.index.get(paper_ids)
         texts: dict[str, list[str]] = {}
         for part, marks in in_batches(paper_ids):
@@ -301,6 +346,7 @@ class Ingester:
             ):
                 texts.setdefault(pid, []).append(text)
         passages: list[tuple[Paper, int, str]] = []
+        rechunked: list[tuple[Paper, int, str]] = []
         for pid in paper_ids:
             paper = papers.get(pid)
             if paper is None:
@@ -320,12 +366,19 @@ class Ingester:
                         "INSERT INTO chunks VALUES (?,?,?)", [(pid, i, c) for i, c in enumerate(chunks)]
                     )
                     self.db.execute("UPDATE papers SET n_chunks=? WHERE id=?", (len(chunks), pid))
+                rechunked.extend((paper, i, chunk) for i, chunk in enumerate(chunks))
+                continue
             passages.extend((paper, i, chunk) for i, chunk in enumerate(chunks))
-        if passages:
-            space = self.space.check([p for p in papers.values()], passages, self.index.embedder.dim)
-            self._write_vectors(passages)
-            space.done()
-        return len(passages)
+        every = self.index.vectors.models()
+        done = 0
+        for group, group_models in ((passages, list(models)), (rechunked, every)):
+            if group:
+                dim = sum(self.index.embedders()[m].dim for m in group_models)
+                space = self.space.check(list({id(p): p for p, _, _ in group}.values()), group, dim)
+                self._write_vectors(group, group_models)
+                space.done()
+                done += len(group) * len(group_models)
+        return done
 
     # ---- writing
     def _unique_title(self, abstract: str, wanted: str, pid: str, derived: bool) -> str:
@@ -370,7 +423,7 @@ class Ingester:
                 )
             ):
                 passages.append((paper, i, chunk))
-        space = self.space.check(batch, passages, self.index.embedder.dim)
+        space = self.space.check(batch, passages, sum(e.dim for e in self.index.embedders()))
         # Intent first: if we die between the vector writes and the registry commit below,
         # the next ingest finds these ids in ``pending`` and deletes their vectors.
         try:
@@ -428,20 +481,25 @@ class Ingester:
             progress.update(len(batch))
         return len(passages)
 
-    def _write_vectors(self, passages: list[tuple[Paper, int, str]]) -> None:
-        """Embed (title + chunk) passages and upsert their chunk vectors and, for chunk 0, head vectors."""
-        vectors = self.index.embedder.embed_array([passage_text(paper.title, chunk) for paper, _, chunk in passages])
+    def _write_vectors(self, passages: list[tuple[Paper, int, str]], models: Sequence[int] | None = None) -> None:
+        """Embed (title + chunk) passages with each model (default: all in use) and upsert their chunk vectors
+        and, for chunk 0, head vectors into that model's collections."""
+        texts = [passage_text(paper.title, chunk) for paper, _, chunk in passages]
         heads = [k for k, (_, i, _) in enumerate(passages) if i == 0]
-        self.index.vectors.upsert(
-            "chunks", [f"{p.id}:{i}" for p, i, _ in passages], vectors, [node_meta(p, i) for p, i, _ in passages]
-        )
-        # The paper's head (title + opening) doubles as its whole-paper vector: no extra embedding.
-        self.index.vectors.upsert(
-            "docs",
-            [f"{passages[k][0].id}:doc" for k in heads],
-            vectors[heads],
-            [node_meta(passages[k][0], -1) for k in heads],
-        )
+        ids = [f"{p.id}:{i}" for p, i, _ in passages]
+        metas = [node_meta(p, i) for p, i, _ in passages]
+        embedders = self.index.embedders()
+        for model in self.index.vectors.models() if models is None else models:
+            chunks_of, docs_of = kinds(model)
+            vectors = embedders[model].embed_array(texts)
+            self.index.vectors.upsert(chunks_of, ids, vectors, metas)
+            # The paper's head (title + opening) doubles as its whole-paper vector: no extra embedding.
+            self.index.vectors.upsert(
+                docs_of,
+                [f"{passages[k][0].id}:doc" for k in heads],
+                vectors[heads],
+                [node_meta(passages[k][0], -1) for k in heads],
+            )
 
     def _registry_write(self) -> AbstractContextManager[None]:
         return registry_write(self.settings.db_path)
@@ -700,26 +758,29 @@ def verify_index(settings: Settings) -> dict[str, Any]:
     con.close()
     kw_seqs = KeywordStore(settings.keyword_path).seqs()
     store = VectorStore(settings)
+    expected = {f"{pid}:{i}" for pid, n in papers.items() for i in range(n)}
+    out: dict[str, Any] = {"papers": len(papers)}
     try:
-        col = store.collection("chunks")
-        ids: list[str] = []
-        total = col.count()
-        for off in range(0, total, 5000):
-            ids += col.get(limit=5000, offset=off, include=[])["ids"]
-        doc_vectors = store.count("docs")
+        for model in store.models():
+            chunks_of, docs_of = kinds(model)
+            col = store.collection(chunks_of)
+            ids: list[str] = []
+            total = col.count()
+            for off in range(0, total, 5000):
+                ids += col.get(limit=5000, offset=off, include=[])["ids"]
+            have = set(ids)
+            pre = "" if model == 0 else "m2_"  # the second model's collections: the same checks, prefixed
+            out[f"{pre}chunk_vectors"] = len(ids)
+            out[f"{pre}duplicate_chunk_ids"] = len(ids) - len(have)
+            out[f"{pre}missing_chunks"] = len(expected - have)
+            out[f"{pre}orphan_vectors"] = len(have - expected)
+            out[f"{pre}doc_vectors"] = store.count(docs_of)
     finally:
         store.close()
-    expected = {f"{pid}:{i}" for pid, n in papers.items() for i in range(n)}
-    have = set(ids)
     return {
-        "papers": len(papers),
-        "chunk_vectors": len(ids),
-        "duplicate_chunk_ids": len(ids) - len(have),
-        "missing_chunks": len(expected - have),
-        "orphan_vectors": len(have - expected),
+        **out,
         "missing_texts": len(expected - texts),
         "orphan_texts": len(texts - expected),
-        "doc_vectors": doc_vectors,
         "keyword_docs": len(kw_seqs),
         "keyword_missing": len(seqs - set(kw_seqs)),
         "keyword_orphans": len(set(kw_seqs) - seqs),
@@ -727,8 +788,9 @@ def verify_index(settings: Settings) -> dict[str, Any]:
 
 
 def index_complete(check: dict[str, Any], n: int) -> bool:
-    """``verify_index`` found all ``n`` papers, each chunk (vector and text) and keyword copy once, and nothing else."""
-    zero = (
+    """``verify_index`` found all ``n`` papers, each chunk (vector and text) and keyword copy once, and nothing else
+    (the second model's vectors too, when it checked them)."""
+    zero = [
         "duplicate_chunk_ids",
         "missing_chunks",
         "orphan_vectors",
@@ -736,7 +798,12 @@ def index_complete(check: dict[str, Any], n: int) -> bool:
         "orphan_texts",
         "keyword_missing",
         "keyword_orphans",
-    )
-    return bool(check["papers"] == n == check["doc_vectors"] == check["keyword_docs"]) and all(
-        check[k] == 0 for k in zero
+    ]
+    second = "m2_doc_vectors" in check
+    if second:
+        zero += ["m2_duplicate_chunk_ids", "m2_missing_chunks", "m2_orphan_vectors"]
+    return (
+        bool(check["papers"] == n == check["doc_vectors"] == check["keyword_docs"])
+        and (not second or check["m2_doc_vectors"] == n)
+        and all(check[k] == 0 for k in zero)
     )

@@ -55,6 +55,41 @@ def dense_hits(chunk_hits: list[tuple[str, float]], doc_hits: list[tuple[str, fl
     return hits[:n]
 
 
+def combine_dense(per_model: list[list[DenseHit]]) -> list[DenseHit]:
+    """One dense ranking from several embedding models' (``dense_hits`` per model, model 0 first).
+
+    Two models' cosines live on different scales (mpnet's spread is not MiniLM's), so each
+    model's paper scores are z-scored over its own candidate pool (population std, 1 when
+    the pool is flat) and the z-scores averaged per paper; a paper missing from a model's
+    pool gets that model's lowest z. The average is mapped back onto model 0's scale for
+    this query (z * std0 + mean0), so the absolute floors downstream (``min_dense``,
+    ``min_score``) keep a cosine-like meaning. A paper keeps model 0's best chunk, or model
+    1's where model 0 lacks the paper. Models with an empty pool have no say; the first
+    non-empty one sets the scale. With one model, or identical ones, the scores come back
+    unchanged (up to rounding).
+    """
+    pools = [hits for hits in per_model if hits]
+    if not pools:
+        return []
+    stats: list[tuple[dict[str, float], float, float, float]] = []  # (z by paper, lowest z, mean, std)
+    for hits in pools:
+        scores = [h.score for h in hits]
+        mean = sum(scores) / len(scores)
+        std = (sum((x - mean) ** 2 for x in scores) / len(scores)) ** 0.5 or 1.0
+        z = {h.paper_id: (h.score - mean) / std for h in hits}
+        stats.append((z, min(z.values()), mean, std))
+    chunk_of: dict[str, str] = {}
+    for hits in reversed(pools):  # model 0's chunk wins: written last
+        chunk_of.update({h.paper_id: h.chunk_id for h in hits})
+    _, _, mean0, std0 = stats[0]
+    out = []
+    for pid, chunk in chunk_of.items():
+        z_avg = sum(z.get(pid, low) for z, low, _, _ in stats) / len(stats)
+        out.append(DenseHit(pid, z_avg * std0 + mean0, chunk))
+    out.sort(key=lambda h: (-h.score, h.paper_id))
+    return out
+
+
 # Words that say "I am asking about papers", not what about: dropped from keyword queries.
 QUERY_BOILERPLATE = frozenset(
     [
@@ -268,10 +303,17 @@ class Retriever:
         dense: dict[str, tuple[float, str]] = {}
         where = filters.chroma_where()
         if mode in ("hybrid", "dense"):
+            second = self.index.embedder2
+            # The second model embeds the query in a worker thread while the first does here.
+            vec2 = self.index.pool().submit(second.embed_query, query) if second is not None else None
             vec = self.index.embedder.embed_query(query)
+            vecs = [vec] if vec2 is None else [vec, vec2.result()]
             timings["embed_ms"] = _ms(t0)
             t1 = time.perf_counter()
-            for dh in dense_hits(*self.index.nearest(vec, pool, where=where), pool):
+            per_model = [
+                dense_hits(*self.index.nearest(v, pool, where=where, model=m), pool) for m, v in enumerate(vecs)
+            ]
+            for dh in per_model[0] if len(per_model) == 1 else combine_dense(per_model):
                 dense[dh.paper_id] = (dh.score, dh.chunk_id)
             timings["dense_ms"] = _ms(t1)
 

@@ -1,11 +1,14 @@
-"""The index stage's vector store: two Chroma collections, derived data rebuilt from the registry.
+"""The index stage's vector store: Chroma collections, derived data rebuilt from the registry.
 
 Vectors are derived data: the registry (``rag_papers.index``) holds every chunk's text,
 so whatever happens to the vectors (a store switched to a server, a Chroma folder
 deleted by hand, a store chromadb can no longer read after a full disk) is detected
 here and repaired by re-embedding from the registry (``Index.repair``). This module
 knows nothing about papers beyond their ids: chunk vectors are ``<paper id>:<chunk>``,
-whole-paper (head) vectors ``<paper id>:doc``.
+whole-paper (head) vectors ``<paper id>:doc``. Each embedding model has its own pair of
+collections (chunks and heads): the first model's ``<collection>`` and ``<collection>_doc``,
+an optional second model's (``embed_model_2``) ``<collection>-m2-chunks`` and
+``<collection>-m2-docs``, so the two models may differ in dimension.
 
 Why the chromadb collections themselves and not llama-index's ``ChromaVectorStore``:
 that wrapper writes every chunk's text as a Chroma document plus its node JSON as
@@ -31,7 +34,17 @@ from rag_papers import RagPapersError
 if TYPE_CHECKING:
     from rag_papers.config import Settings
 
-Which = Literal["chunks", "docs"]
+Which = Literal["chunks", "docs", "chunks2", "docs2"]
+# (chunk collection, head collection) of each embedding model: 0 is embed_model, 1 is embed_model_2.
+MODEL_KINDS: tuple[tuple[Which, Which], ...] = (("chunks", "docs"), ("chunks2", "docs2"))
+
+
+def kinds(model: int) -> tuple[Which, Which]:
+    """The (chunks, heads) collections of embedding model ``model`` (0: embed_model, 1: embed_model_2)."""
+    if model not in (0, 1):
+        raise RagPapersError(f"no embedding model {model}: 0 (embed_model) or 1 (embed_model_2)")
+    return MODEL_KINDS[model]
+
 
 _DISK_FULL = re.compile(r"disk is full|no space left|os error 28|ENOSPC|\(code: 13\)", re.IGNORECASE)
 
@@ -122,7 +135,7 @@ def aside_name(path: Path) -> Path:
 
 
 class VectorStore:
-    """The chunk and head-vector collections of one data directory (embedded) or one server."""
+    """The chunk and head-vector collections (one pair per embedding model) of one data directory or server."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -143,7 +156,26 @@ class VectorStore:
         return str(self.settings.chroma_url) if self.server else str(self.settings.chroma_dir)
 
     def names(self) -> dict[Which, str]:
-        return {"chunks": self.settings.collection, "docs": f"{self.settings.collection}_doc"}
+        """Every collection this store may hold; the second model's are named from the first's (Chroma's
+        character rules hold: the suffixes are letters, digits and hyphens, and end in a letter)."""
+        c = self.settings.collection
+        return {"chunks": c, "docs": f"{c}_doc", "chunks2": f"{c}-m2-chunks", "docs2": f"{c}-m2-docs"}
+
+    def models(self) -> list[int]:
+        """The embedding models in use: 0, and 1 when ``embed_model_2`` is set."""
+        return [0, 1] if self.settings.embed_model_2 else [0]
+
+    def in_use(self) -> list[Which]:
+        """The collections the settings' models write and read (the second pair only with ``embed_model_2``)."""
+        return [w for m in self.models() for w in kinds(m)]
+
+    def model_name(self, which: Which) -> str:
+        """The embedding model whose vectors ``which`` holds, as the settings name it."""
+        if which in MODEL_KINDS[1]:
+            if not self.settings.embed_model_2:
+                raise RagPapersError(f"collection {self.names()[which]!r} needs embed_model_2, which is not set")
+            return self.settings.embed_model_2
+        return self.settings.embed_model
 
     # ---- errors
     @contextmanager
@@ -244,6 +276,7 @@ class VectorStore:
     def _open_collection(self, which: Which) -> Any:
         if which not in self._cols:
             name = self.names()[which]
+            model = self.model_name(which)
             client = self.client()
             with self.guard(f"opening collection {name!r}"):
                 try:
@@ -260,28 +293,29 @@ class VectorStore:
                             name,
                             embedding_function=None,
                             configuration={"hnsw": {"space": "cosine"}},
-                            metadata={"embed_model": self.settings.embed_model, "schema": SCHEMA_VERSION},
+                            metadata={"embed_model": model, "schema": SCHEMA_VERSION},
                         )
                     except Exception as exc:  # another process created it first
                         if "already exists" not in str(exc).lower():
                             raise
                         col = client.get_collection(name, embedding_function=None)
             built_with = (col.metadata or {}).get("embed_model")
-            if built_with and built_with != self.settings.embed_model:
+            if built_with and built_with != model:
+                setting = "embed_model_2" if which in MODEL_KINDS[1] else "embed_model"
                 raise RagPapersError(
-                    f"the index was built with embedding model {built_with!r} but {self.settings.embed_model!r} "
-                    "is configured: re-ingest with `rag-papers ingest --rebuild` or set embed_model back"
+                    f"the index was built with {setting} {built_with!r} but {model!r} "
+                    f"is configured: re-ingest with `rag-papers ingest --rebuild` or set {setting} back"
                 )
             self._cols[which] = col
         return self._cols[which]
 
     def probe(self) -> None:
-        """Open both collections and run one query on each: where a damaged store first fails.
+        """Open the collections in use and run one query on each: where a damaged store first fails.
 
         chromadb loads a collection's HNSW files on its first query, so an unreadable
         file (a pickle cut short by a full disk) shows up only then.
         """
-        for which in ("chunks", "docs"):
+        for which in self.in_use():
             col = self.collection(which)
             with self.guard(f"reading collection {self.names()[which]!r}"):
                 dim = self._dim(col)
@@ -338,15 +372,17 @@ class VectorStore:
     def delete_papers(self, paper_ids: Sequence[str]) -> None:
         for start in range(0, len(paper_ids), 200):
             part = list(paper_ids[start : start + 200])
-            for which in ("chunks", "docs"):
+            for which in self.in_use():
                 col = self.collection(which)
                 with self.guard("deleting vectors"):
                     col.delete(where={"document_id": {"$in": part}})
 
-    def drop(self) -> None:
-        """Delete both collections (``ingest --rebuild``, or a server collection that cannot be read)."""
+    def drop(self, which: Sequence[Which] | None = None) -> None:
+        """Delete these collections, by default all of them (``ingest --rebuild``, or a server collection that
+        cannot be read); ``which``: the second model's alone, when an index starts taking its vectors."""
         client = self.client()
-        for name in self.names().values():
+        chosen = list(self.names()) if which is None else list(which)
+        for name in [self.names()[w] for w in chosen]:
             try:
                 client.delete_collection(name)
             except Exception as exc:
@@ -358,7 +394,8 @@ class VectorStore:
                 raise VectorStoreError(
                     f"cannot delete collection {name!r} at {self.location} ({_first_line(exc)})"
                 ) from None
-        self._cols.clear()
+        for w in chosen:
+            self._cols.pop(w, None)
 
     def close(self) -> None:
         """Release the client (the embedded store's files and in-memory indexes)."""
