@@ -455,6 +455,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         vectors = "in step with the registry"
     except RagPapersError as exc:  # info reports the state of things; it does not fail on it
         vectors = str(exc)
+    recorded = index.recorded_second_model()
     info = {
         "version": __version__,
         "home": str(settings.home),
@@ -462,7 +463,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         "papers": index.count(),
         "vectors": vectors,
         "embed_model": settings.embed_model,
-        "embed_model_2": settings.embed_model_2 or "none",
+        "embed_model_2": settings.embed_model_2
+        or (f"none configured (the index also holds {recorded} vectors)" if recorded else "none"),
         "llm": note,
         "settings": json.loads(settings.model_dump_json()),
     }
@@ -471,7 +473,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     else:
         for k, v in info.items():
             if k != "settings":
-                print(_safe(f"{k:>12}: {v}"))
+                print(_safe(f"{k:>13}: {v}"))
     return 0
 
 

@@ -21,7 +21,7 @@ from rag_papers.config import PROJECT_ROOT, Settings
 from rag_papers.paths import checkout_eval_dir
 
 KINDS = ("lexical", "paraphrase", "multi", "offtopic")
-DEFAULT_CONFIGS = ("naive", "dense", "bm25", "rrf", "hybrid")
+DEFAULT_CONFIGS = ("naive", "dense", "bm25", "rrf", "hybrid", "quality")
 FITTED_NOTE = (
     "fitted floor: the highest relevance floor that wrongly refuses at most 1% of the answerable questions. With a "
     "dev/test split it is fitted on dev and applied unchanged to test (the test row says what it really does); "
@@ -168,7 +168,37 @@ def _naive(engine: Any) -> Ranker:
     return rank
 
 
+class ConfigUnavailable(RagPapersError):
+    """A configuration this index cannot run (the reason says what would make it possible); eval skips it."""
+
+
+def _quality(engine: Any) -> Ranker:
+    """The quality preset on the same index: needs the second model's vectors there (``ingest --preset quality``).
+
+    A second engine on the same data directory, so the default and the preset are compared on one index.
+    """
+    from rag_papers.chat import Engine
+    from rag_papers.config import PRESETS
+
+    wanted = PRESETS["quality"]["embed_model_2"]
+    recorded = engine.index.recorded_second_model()
+    if recorded != wanted:
+        raise ConfigUnavailable(
+            f"the index has no {wanted} vectors: ingest with `--preset quality` (pip install 'rag-papers[mpnet]')"
+        )
+    quality = Engine(engine.settings.model_copy(update=PRESETS["quality"]))
+    retriever = quality.retriever
+
+    def rank(q: str, k: int) -> tuple[list[tuple[str, float]], bool, float | None]:
+        res = retriever.search(q, k)
+        return [(h.id, h.score) for h in res.results], res.relevant, res.relevance
+
+    return rank
+
+
 def make_ranker(engine: Any, name: str) -> Ranker:
+    if name == "quality":
+        return _quality(engine)
     if name == "naive":
         return _naive(engine)
     if name == "rrf":
@@ -464,6 +494,8 @@ def markdown(results: list[ConfigResult], meta: dict[str, Any], answers: dict[st
                 f"{r.latency_ms['p50']:.1f} | {r.latency_ms['p95']:.1f} | {fitted} |"
             )
     out.append(f"\n{FITTED_NOTE}")
+    for name, why in meta.get("skipped", {}).items():
+        out.append(f"\n`{name}` was skipped: {why}.")
     if answers:
         out.append(f"\n## Answers ({answers['backend']}{' ' + answers['model'] if answers['model'] else ''})\n")
         out.append(f"- citation precision {answers['citation_precision']:.3f}, recall {answers['citation_recall']:.3f}")
@@ -527,7 +559,17 @@ def run_eval(
         raise RagPapersError(
             f"{qa}: gold ids not in the index: {', '.join(missing[:5])} (ingest the corpus they refer to)"
         )
-    results = [score_config(c, make_ranker(engine, c), questions) for c in configs]
+    results = []
+    skipped: dict[str, str] = {}
+    for c in configs:
+        try:
+            ranker = make_ranker(engine, c)
+        except ConfigUnavailable as exc:
+            if c not in DEFAULT_CONFIGS or len(configs) == 1:
+                raise
+            skipped[c] = str(exc)
+            continue
+        results.append(score_config(c, ranker, questions))
     ans = score_answers(engine, questions, llm, model) if answers else None
     try:
         qa_name = str(qa.resolve().relative_to(PROJECT_ROOT))
@@ -539,13 +581,15 @@ def run_eval(
         "papers": engine.index.count(),
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "seconds": round(time.perf_counter() - t0, 1),
+        "skipped": skipped,
     }
     report = {"meta": meta, "configs": [r.__dict__ for r in results], "answers": ans}
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(report, indent=1))
     (out / "report.md").write_text(markdown(results, meta, ans))
     chart(results, out / "chart.png")
-    report["table"] = table(results)  # type: ignore[assignment]
+    notes = "".join(f"\n{name}: skipped, {why}" for name, why in skipped.items())
+    report["table"] = table(results) + notes  # type: ignore[assignment]
     return report
 
 

@@ -139,11 +139,16 @@ class Index:
         """One vector per paper (title + abstract head): the whole-paper view that chunks lack."""
         return self.vectors.collection("docs")
 
+    def recorded_second_model(self) -> str | None:
+        """The second embedding model this index holds vectors of (whatever the settings say), or None."""
+        return self._meta("embed_model_2")
+
     def check_model(self) -> None:
         """Fail early (before loading anything heavy) if the registry was built with another model.
 
-        The second model likewise, except that one may be added to an index that has none: the next
-        ``ingest`` (or ``repair``) embeds every paper with it. Its packages are checked here too, so
+        The second model likewise, except that one may be added to an index that has none (the next
+        ``ingest`` or ``repair`` embeds every paper with it), and that an index built with one may be
+        searched without it. Its packages are checked here too, so
         a missing mpnet is one line before any work rather than after it.
         """
         built_with = self._meta("embed_model")
@@ -153,16 +158,13 @@ class Index:
                 "configured: re-ingest with `rag-papers ingest --rebuild` or set embed_model back"
             )
         second, wanted = self._meta("embed_model_2"), self.settings.embed_model_2
-        if second and second != wanted:
-            if wanted:
-                raise RagPapersError(
-                    f"the index was built with second embedding model {second!r} but embed_model_2 is {wanted!r}: "
-                    "re-ingest with `rag-papers ingest --rebuild` or set embed_model_2 back"
-                )
+        # None configured on an index built with a second model: search with the first model alone (the
+        # default preset beside `--preset quality` on one index). Papers ingested meanwhile lack the second
+        # model's vectors until an ingest or repair with it configured adds them (vector_gaps says so).
+        if second and wanted and second != wanted:
             raise RagPapersError(
-                f"the index was built with a second embedding model, {second!r}, and none is configured: set "
-                f"embed_model_2 (--embed-model-2 {second}, or the preset it was built with) or re-ingest with "
-                "`rag-papers ingest --rebuild`"
+                f"the index was built with second embedding model {second!r} but embed_model_2 is {wanted!r}: "
+                "re-ingest with `rag-papers ingest --rebuild` or set embed_model_2 back"
             )
         if wanted:
             check_model_installed(wanted)

@@ -3,10 +3,12 @@
 Why not llama-index's ``QueryFusionRetriever``: its modes (reciprocal rank, relative
 score, dist-based score) normalise each retriever's scores *within* the candidate list,
 so a BM25 list made of weak, common-word matches gets the same say as a confident one.
-Measured on eval/qa.jsonl, plain reciprocal-rank fusion was worse than dense alone.
-Here each score keeps an absolute meaning: dense is a cosine, keyword is the fraction
-of the query's idf mass a paper matches, so a retriever only pulls a paper up when it
-is actually confident about it. The same absolute scores decide ``relevant``.
+Each score here keeps an absolute meaning: dense is a cosine, keyword is the share of
+the query's *specific* idf mass a paper matches (generic words count for nothing), so
+the keyword side only pulls a paper up when the words it shares are telling. The
+alternatives (z-score, min-max, tuned reciprocal-rank, a learned linear fusion) were
+fitted on eval/qa.jsonl's dev part and scored on its test part (eval/README.md); this
+one was kept. Absolute scores also decide ``relevant``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 
 from rag_papers import RagPapersError
 from rag_papers.config import Settings
-from rag_papers.corpus import Paper
+from rag_papers.corpus import Paper, safe_text
 from rag_papers.index import Index
 from rag_papers.keyword import lucene_idf, useful_terms
 
@@ -36,7 +38,8 @@ def dense_hits(chunk_hits: list[tuple[str, float]], doc_hits: list[tuple[str, fl
     """Top papers by the mean of two cosines: the paper's head vector and its best chunk.
 
     The head (title + opening, the first chunk) carries the gist; the best chunk lets a
-    match in the tail count too. Averaging measured better on eval/qa.jsonl than either.
+    match in the tail count too. On eval/qa.jsonl's dev part the mean tied the best chunk on
+    paraphrases and beat it on multi-paper questions; the head alone was worse.
     """
     best_chunk: dict[str, tuple[float, str]] = {}
     for vid, cos in chunk_hits:  # chunk ids are "<paper id>:<chunk number>"
@@ -283,6 +286,8 @@ class Retriever:
 
     def search(self, query: str, top_k: int | None = None, filters: Filters | None = None) -> SearchResult:
         s = self.settings
+        # Escape sequences and control characters are not words: search for the text the user sees.
+        query = safe_text(query, newlines=False)
         if not query.strip():  # the nearest papers to nothing are arbitrary: refuse, as every caller should
             raise RagPapersError("empty query: give the words to search for")
         k = max(1, top_k or s.top_k)
@@ -318,7 +323,7 @@ class Retriever:
             timings["dense_ms"] = _ms(t1)
 
         keyword: dict[str, float] = {}
-        coverage = 1.0  # share of the query's idf mass made of words the corpus knows
+        coverage = 1.0  # share of the query's squared idf mass in words the corpus knows (_keyword_side)
         if kw_side is not None:
             keyword, coverage, timings["keyword_ms"] = kw_side.result()
         elif mode == "bm25":

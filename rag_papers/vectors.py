@@ -370,10 +370,21 @@ class VectorStore:
             col.upsert(ids=ids, embeddings=vectors, metadatas=metadatas)
 
     def delete_papers(self, paper_ids: Sequence[str]) -> None:
+        """Delete these papers' vectors from every collection in use, and from a second model's collections
+        that exist although no second model is configured (an index built with one, used without it)."""
+        cols = [self.collection(which) for which in self.in_use()]
+        if not self.settings.embed_model_2:
+            with self.guard("listing collections"):
+                client = self.client()
+                existing = {getattr(c, "name", c) for c in client.list_collections()}
+                cols += [
+                    client.get_collection(self.names()[w], embedding_function=None)
+                    for w in MODEL_KINDS[1]
+                    if self.names()[w] in existing
+                ]
         for start in range(0, len(paper_ids), 200):
             part = list(paper_ids[start : start + 200])
-            for which in self.in_use():
-                col = self.collection(which)
+            for col in cols:
                 with self.guard("deleting vectors"):
                     col.delete(where={"document_id": {"$in": part}})
 

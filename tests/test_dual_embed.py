@@ -201,19 +201,39 @@ def test_repair_restores_deleted_second_model_collections(
     assert index_complete(verify_index(dual), 38)
 
 
-def test_a_changed_or_dropped_second_model_is_a_one_line_error(
-    dual: Settings, embedder: Embedder, tmp_path: Path
-) -> None:
+def test_a_changed_second_model_is_a_one_line_error(dual: Settings, embedder: Embedder, tmp_path: Path) -> None:
     other = dual.model_copy(update={"embed_model_2": str(tmp_path / "other-model")})
-    for settings, match in ((other, "embed_model_2 is"), (dual.model_copy(update={"embed_model_2": None}), "none")):
-        index = Index(settings, embedder=embedder)
-        with pytest.raises(RagPapersError, match=match) as err:
-            index.check_model()
-        assert "\n" not in str(err.value) and "--rebuild" in str(err.value)
-        with pytest.raises(RagPapersError, match=match):
-            index.ingest([SEEDS], show_progress=False)  # refused before anything is written
-        index.close()
+    index = Index(other, embedder=embedder)
+    with pytest.raises(RagPapersError, match="embed_model_2 is") as err:
+        index.check_model()
+    assert "\n" not in str(err.value) and "--rebuild" in str(err.value)
+    with pytest.raises(RagPapersError, match="embed_model_2 is"):
+        index.ingest([SEEDS], show_progress=False)  # refused before anything is written
+    index.close()
     assert index_complete(verify_index(dual), 38)
+
+
+def test_an_index_built_with_a_second_model_is_searched_and_kept_without_it(dual: Settings, embedder: Embedder) -> None:
+    """The default preset beside `--preset quality` on one index: the first model's vectors alone are searched,
+    exactly as on a single-model index, and a removal made meanwhile takes the second model's vectors too."""
+    plain = dual.model_copy(update={"embed_model_2": None})
+    index = Index(plain, embedder=embedder)
+    index.check_model()
+    assert index.embedder2 is None
+    single = Retriever(index, plain)
+    res = single.search("low-rank adaptation with a Hadamard product", 5)
+    vec = embedder.embed_query("low-rank adaptation with a Hadamard product")
+    want = [h.paper_id for h in dense_hits(*index.nearest(vec, plain.candidates), plain.candidates)]
+    dense_only = Retriever(index, plain.model_copy(update={"retrieval": "dense"}))
+    assert [h.id for h in dense_only.search("low-rank adaptation with a Hadamard product", 5).results] == want[:5]
+    assert res.results and res.relevant
+    pid, n = index.db.execute("SELECT id, n_chunks FROM papers ORDER BY seq LIMIT 1").fetchone()
+    assert index.remove([pid]) == 1
+    index.close()
+    both = Index(dual, embedder=embedder)
+    assert _counts(both) == {"chunks": _n_chunks(both), "docs": 37, "chunks2": _n_chunks(both), "docs2": 37}
+    assert not both.vectors.existing("docs2", [f"{pid}:doc"]) and n > 0
+    both.close()
 
 
 def test_remove_deletes_the_second_models_vectors_too(dual: Settings, embedder: Embedder) -> None:

@@ -16,7 +16,7 @@ from rag_papers.chat import Engine
 from rag_papers.config import PROJECT_ROOT, Settings
 from rag_papers.corpus import content_hash, derive_title
 from rag_papers.llm import ExtractiveBackend, estimate_tokens
-from rag_papers.retrieve import Filters
+from rag_papers.retrieve import Filters, Retriever
 
 ABBA_Q = "What does ABBA claim?"
 OFF_TOPIC = ["who won the 2022 World Cup?", "best recipe for sourdough bread"]
@@ -391,3 +391,34 @@ def test_a_stopped_answer_is_no_answer_and_no_turn(engine: Engine) -> None:
     assert stream.cancelled and stream.answer is None
     assert 40 < len("".join(got)) < 200
     assert session.turns == []
+
+
+def test_generic_words_are_no_keyword_evidence(engine: Engine) -> None:
+    """A match on words found in many abstracts says little about which paper is meant (the retrieval issue:
+    "probabilistic", "neural" outvoted the cosine). Words in more than keyword_max_df of the papers give no
+    keyword share, so a question made only of them ranks exactly as dense retrieval ranks it."""
+    n_docs, stats = engine.index.term_stats(
+        "neural network model learning training performance method data results propose show large language"
+    )
+    common = [t for t, df in stats if engine.settings.keyword_max_df * n_docs < df <= n_docs / 2]
+    assert len(common) >= 3, stats  # words the previous filter (in at most half the papers) still counted
+    query = " ".join(common)
+    res = engine.search(query, 10)
+    assert res.results and all(h.keyword_score == 0.0 for h in res.results)
+    dense = Retriever(engine.index, engine.settings.model_copy(update={"retrieval": "dense"})).search(query, 10)
+    assert [h.id for h in res.results] == [h.id for h in dense.results]
+
+
+def test_keyword_share_weighs_specific_words_and_counts_unknown_ones_against_every_paper(engine: Engine) -> None:
+    """The share is a paper's BM25 over the specific words over (k1 + 1) x their idf plus that of words no paper
+    has: adding a word the corpus lacks lowers every paper's share by exactly that word's idf mass."""
+    from rag_papers.keyword import lucene_idf
+
+    base = engine.search("Hadamard low-rank adaptation", 5).results[0]
+    more = engine.search("Hadamard low-rank adaptation zyxwvut", 5).results[0]
+    assert base.id == more.id and 0 < more.keyword_score < base.keyword_score
+    n_docs, stats = engine.index.term_stats("Hadamard low-rank adaptation")
+    specific = sum(lucene_idf(n_docs, df) for t, df in stats if 0 < df <= engine.settings.keyword_max_df * n_docs)
+    assert more.keyword_score == pytest.approx(
+        base.keyword_score * specific / (specific + lucene_idf(n_docs, 0)), abs=2e-4
+    )
