@@ -409,6 +409,18 @@ def _views(r: ConfigResult) -> list[tuple[str, dict[str, Any], dict[str, float]]
     return [("all", r.metrics, r.refusal)]
 
 
+def _refusal_cells(f: dict[str, float]) -> tuple[str, tuple[str, str, str] | None]:
+    """(near-miss refusal rate, (fitted floor, refusal recall at it, false refusals at it)) as text, for both reports."""
+    near = f"{f['near_miss_refusal_recall']:.3f}" if "near_miss_refusal_recall" in f else "-"
+    if "fitted_floor" not in f:
+        return near, None
+    return near, (
+        f"{f['fitted_floor']:.4f}",
+        f"{f['fitted_refusal_recall']:.3f}",
+        f"{f['fitted_false_refusal_rate']:.3f}",
+    )
+
+
 def table(results: list[ConfigResult]) -> str:
     """The terminal report: per kind, dev and test side by side (dev/test in each cell) when both exist."""
     lines = []
@@ -440,12 +452,8 @@ def table(results: list[ConfigResult]) -> str:
     )
     for r in results:
         for label, _, f in _views(r):
-            near = f"{f['near_miss_refusal_recall']:.3f}" if "near_miss_refusal_recall" in f else "-"
-            fitted = (
-                f"{f['fitted_floor']:.4f} -> {f['fitted_refusal_recall']:.3f} / {f['fitted_false_refusal_rate']:.3f}"
-                if "fitted_floor" in f
-                else "-"
-            )
+            near, fit = _refusal_cells(f)
+            fitted = f"{fit[0]} -> {fit[1]} / {fit[2]}" if fit else "-"
             lines.append(
                 f"{r.name:<8} {label:<5} {f['refusal_recall']:>18.3f} {near:>12} {f['false_refusal_rate']:>15.3f} "
                 f"{r.latency_ms['p50']:>7.1f} {r.latency_ms['p95']:>7.1f}  {fitted:>50}"
@@ -483,12 +491,8 @@ def markdown(results: list[ConfigResult], meta: dict[str, Any], answers: dict[st
     out.append("|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         for label, _, f in _views(r):
-            near = f"{f['near_miss_refusal_recall']:.3f}" if "near_miss_refusal_recall" in f else "-"
-            fitted = (
-                f"{f['fitted_floor']:.4f} | {f['fitted_refusal_recall']:.3f} | {f['fitted_false_refusal_rate']:.3f}"
-                if "fitted_floor" in f
-                else "- | - | -"
-            )
+            near, fit = _refusal_cells(f)
+            fitted = " | ".join(fit) if fit else "- | - | -"
             out.append(
                 f"| {r.name} | {label} | {f['refusal_recall']:.3f} | {near} | {f['false_refusal_rate']:.3f} | "
                 f"{r.latency_ms['p50']:.1f} | {r.latency_ms['p95']:.1f} | {fitted} |"
