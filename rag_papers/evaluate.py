@@ -168,6 +168,9 @@ def _naive(engine: Any) -> Ranker:
     return rank
 
 
+_OPENED: list[Any] = []  # indexes opened for a configuration, closed when run_eval is done with them
+
+
 class ConfigUnavailable(RagPapersError):
     """A configuration this index cannot run (the reason says what would make it possible); eval skips it."""
 
@@ -186,8 +189,18 @@ def _quality(engine: Any) -> Ranker:
         raise ConfigUnavailable(
             f"the index has no {wanted} vectors: ingest with `--preset quality` (pip install 'rag-papers[mpnet]')"
         )
-    quality = Engine(engine.settings.model_copy(update=PRESETS["quality"]))
-    retriever = quality.retriever
+    from rag_papers.index import Index
+
+    settings = engine.settings.model_copy(update=PRESETS["quality"])
+    index = None
+    try:  # the first model is loaded already: share it
+        index = Index(settings, embedder=engine.index.embedder)
+        retriever = Engine(settings, index).retriever
+    except RagPapersError as exc:  # mpnet not installed, papers added since without its vectors...
+        if index is not None:
+            index.close()
+        raise ConfigUnavailable(str(exc)) from None
+    _OPENED.append(index)
 
     def rank(q: str, k: int) -> tuple[list[tuple[str, float]], bool, float | None]:
         res = retriever.search(q, k)
@@ -573,7 +586,11 @@ def run_eval(
                 raise
             skipped[c] = str(exc)
             continue
-        results.append(score_config(c, ranker, questions))
+        try:
+            results.append(score_config(c, ranker, questions))
+        finally:
+            while _OPENED:
+                _OPENED.pop().close()
     ans = score_answers(engine, questions, llm, model) if answers else None
     try:
         qa_name = str(qa.resolve().relative_to(PROJECT_ROOT))

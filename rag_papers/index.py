@@ -325,7 +325,7 @@ class Index:
         if fast is not None:
             scored = fast.search([(t, 1.0) for t in terms], n)
         else:
-            n_docs, stats = self.term_stats(" ".join(terms))
+            n_docs, stats = self.stem_stats(list(terms))
             scored = self._fts_keyword(list(terms), dict(stats), n_docs, n)
         if not scored:
             return []
@@ -435,7 +435,10 @@ class Index:
         fts5vocab would count a term's papers by walking its postings, O(df) per term.
         The last answer is kept too: a search may ask twice (the retriever, then ``keyword``).
         """
-        terms = list(dict.fromkeys(keyword_tokens(query)))
+        return self.stem_stats(list(dict.fromkeys(keyword_tokens(query))))
+
+    def stem_stats(self, terms: list[str]) -> tuple[int, list[tuple[str, int]]]:
+        """``term_stats`` for terms already stemmed (stemming twice can change a stem: embed -> emb)."""
         n_docs = self._count_cached()
         if not terms or not n_docs:
             return n_docs, []

@@ -468,8 +468,8 @@ class Retriever:
         s = self.settings
         if s.reranker and s.min_rerank is not None:  # the reranker's best score decides (rag_papers/rerank.py)
             return max((h.rerank_score for h in hits if h.rerank_score is not None), default=0.0)
-        if s.retrieval == "bm25":
-            return hits[0].keyword_score
+        if s.retrieval == "bm25":  # the best share, wherever a reranker put it
+            return max(h.keyword_score for h in hits)
         best = max(h.dense_score for h in hits)
         if s.retrieval == "dense":
             return best

@@ -613,3 +613,21 @@ def test_papers_of_an_earlier_batch_count_for_duplicates_ids_and_titles(tmp_path
     assert len({t for t, _ in got.values()}) == 11
     assert_chunks_match_registry(index)
     index.close()
+
+
+def test_the_fts5_fallback_scores_every_stem_as_tantivy_does(seeded: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stems are looked up as they are: stemming a stem again can change it (embed -> emb, represent -> repres),
+    which made the fallback drop those terms and score lower than the tantivy copy."""
+    from rag_papers.keyword import keyword_tokens
+
+    index = Index(seeded)
+    queries = ["graph embeddings", "learned representations of scenes", "denoising diffusion"]
+    assert any(keyword_tokens(t) != [t] for q in queries for t in keyword_tokens(q))  # a stem that re-stems
+    fast = {q: index.keyword(q, 10) for q in queries}
+    monkeypatch.setattr(index, "_fast_keyword", lambda: None)
+    for q in queries:
+        fts5 = index.keyword(q, 10)
+        assert fts5 and fts5[0][0] == fast[q][0][0], q
+        want = dict(fast[q])
+        assert all(score == pytest.approx(want[pid], rel=0.04) for pid, score in fts5 if pid in want), q
+    index.close()
