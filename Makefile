@@ -2,7 +2,7 @@
 #               make test   (set up with test tools, run lint, types and tests)
 .PHONY: setup setup-dev chat test test-fast lint check format bench
 # The suite runs on every core (at most 4 workers): most tests wait on subprocesses, servers and a browser.
-PYTEST = .venv/bin/python -m pytest -q -ra -n auto --maxprocesses 4
+PYTEST = .venv/bin/python -m pytest -q -ra -n auto --maxprocesses 4 --durations=15
 
 setup:
 	scripts/setup
