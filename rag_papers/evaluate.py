@@ -168,14 +168,11 @@ def _naive(engine: Any) -> Ranker:
     return rank
 
 
-_OPENED: list[Any] = []  # indexes opened for a configuration, closed when run_eval is done with them
-
-
 class ConfigUnavailable(RagPapersError):
     """A configuration this index cannot run (the reason says what would make it possible); eval skips it."""
 
 
-def _quality(engine: Any) -> Ranker:
+def _quality(engine: Any, opened: list[Any]) -> Ranker:
     """The quality preset on the same index: needs the second model's vectors there (``ingest --preset quality``).
 
     A second engine on the same data directory, so the default and the preset are compared on one index.
@@ -200,7 +197,7 @@ def _quality(engine: Any) -> Ranker:
         if index is not None:
             index.close()
         raise ConfigUnavailable(str(exc)) from None
-    _OPENED.append(index)
+    opened.append(index)
 
     def rank(q: str, k: int) -> tuple[list[tuple[str, float]], bool, float | None]:
         res = retriever.search(q, k)
@@ -209,9 +206,10 @@ def _quality(engine: Any) -> Ranker:
     return rank
 
 
-def make_ranker(engine: Any, name: str) -> Ranker:
+def make_ranker(engine: Any, name: str, opened: list[Any] | None = None) -> Ranker:
+    """The named configuration; anything it opens beside ``engine`` is appended to ``opened`` for closing."""
     if name == "quality":
-        return _quality(engine)
+        return _quality(engine, [] if opened is None else opened)
     if name == "naive":
         return _naive(engine)
     if name == "rrf":
@@ -579,8 +577,9 @@ def run_eval(
     results = []
     skipped: dict[str, str] = {}
     for c in configs:
+        opened: list[Any] = []
         try:
-            ranker = make_ranker(engine, c)
+            ranker = make_ranker(engine, c, opened)
         except ConfigUnavailable as exc:
             if c not in DEFAULT_CONFIGS or len(configs) == 1:
                 raise
@@ -589,8 +588,8 @@ def run_eval(
         try:
             results.append(score_config(c, ranker, questions))
         finally:
-            while _OPENED:
-                _OPENED.pop().close()
+            for index in opened:
+                index.close()
     ans = score_answers(engine, questions, llm, model) if answers else None
     try:
         qa_name = str(qa.resolve().relative_to(PROJECT_ROOT))

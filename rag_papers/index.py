@@ -34,7 +34,7 @@ from rag_papers.config import Settings
 from rag_papers.corpus import Paper
 from rag_papers.embedding import Embedder, check_model_installed, load_embedder
 from rag_papers.ingest import Ingester, IngestReport, RepairReport
-from rag_papers.keyword import KeywordStore, keyword_tokens, lucene_idf, useful_terms
+from rag_papers.keyword import BM25_B, BM25_K1, KeywordStore, keyword_tokens, lucene_idf, useful_terms
 from rag_papers.registry import RegistryError, connect, in_batches, open_registry, row_to_paper, set_aside
 from rag_papers.vectors import VectorStore, VectorStoreError, kinds
 
@@ -402,12 +402,12 @@ class Index:
         scored = []
         for rowid, text in rows:
             tokens = text.split()
-            norm = 1.2 * (1 - 0.75 + 0.75 * len(tokens) / avgdl)
+            norm = BM25_K1 * (1 - BM25_B + BM25_B * len(tokens) / avgdl)
             score = 0.0
             for t, w in idf.items():  # a few query terms: list.count runs in C, unlike a Counter of every token
                 c = tokens.count(t)
                 if c:
-                    score += w * c * 2.2 / (c + norm)
+                    score += w * c * (BM25_K1 + 1) / (c + norm)
             scored.append((int(rowid), score))
         scored.sort(key=lambda x: (-x[1], x[0]))
         return scored[:n]

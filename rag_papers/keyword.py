@@ -27,6 +27,10 @@ from typing import Any
 from rag_papers import RagPapersError
 from rag_papers.corpus import STOPWORDS
 
+# tantivy's BM25 parameters (its defaults, not settable from Python): the FTS5 fallback scores with
+# them too, and the retrieve stage bounds a term's score by (K1 + 1) x its idf.
+BM25_K1, BM25_B = 1.2, 0.75
+
 
 class KeywordStore:
     """Papers' stemmed token text, keyed by the registry's ``seq``; BM25 (k1=1.2, b=0.75) top-n."""

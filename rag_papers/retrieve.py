@@ -22,9 +22,7 @@ from rag_papers import RagPapersError
 from rag_papers.config import Settings
 from rag_papers.corpus import Paper, safe_text
 from rag_papers.index import Index
-from rag_papers.keyword import lucene_idf, useful_terms
-
-BM25_K1 = 1.2  # the keyword index's (rag_papers.keyword): a term's BM25 is at most (k1 + 1) x its idf
+from rag_papers.keyword import BM25_K1, lucene_idf, useful_terms
 
 
 @dataclass

@@ -99,13 +99,18 @@ def embedder(_model_cache: Path) -> object:
 @pytest.fixture(scope="session")
 def seeds_home(tmp_path_factory: pytest.TempPathFactory, embedder: object) -> Path:
     """The shipped seeds, ingested once per session; copy it (``seeded``) before writing."""
+    home = tmp_path_factory.mktemp("seeds_home")
+    ingest_seeds(Settings(home=home), embedder)
+    return home
+
+
+def ingest_seeds(settings: Settings, embedder: object) -> None:
+    """Ingest the shipped seeds into ``settings.home`` with the session's embedder (for once-per-session indexes)."""
     from rag_papers.index import Index
 
-    home = tmp_path_factory.mktemp("seeds_home")
-    index = Index(Settings(home=home), embedder=embedder)  # type: ignore[arg-type]
+    index = Index(settings, embedder=embedder)  # type: ignore[arg-type]
     index.ingest([SEEDS], show_progress=False)
     index.close()
-    return home
 
 
 @pytest.fixture

