@@ -26,7 +26,7 @@ from typing import Any
 
 from rag_papers.chat import Engine
 from rag_papers.config import PROJECT_ROOT, Settings
-from rag_papers.keyword import keyword_tokens, lucene_idf
+from rag_papers.keyword import keyword_tokens, lucene_idf, paper_text
 from rag_papers.retrieve import dense_hits, keyword_query
 
 K1, B = 1.2, 0.75
@@ -37,8 +37,8 @@ def collect(settings: Settings, qa: Path) -> tuple[list[Q], int, float]:
     """Per question: each candidate's dense score, head and best-chunk cosine, and its query terms' counts."""
     engine = Engine(settings)
     index = engine.index
-    rows = index.db.execute("SELECT p.id, f.text FROM papers p JOIN papers_fts f ON f.rowid = p.seq").fetchall()
-    toks = {pid: text.split() for pid, text in rows}
+    rows = index.db.execute("SELECT id, title, abstract FROM papers").fetchall()
+    toks = {pid: paper_text(title, abstract).split() for pid, title, abstract in rows}
     df: Counter[str] = Counter()
     for t in toks.values():
         df.update(set(t))

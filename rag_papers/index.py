@@ -1,6 +1,6 @@
 """Index stage, the read side: an open data directory that searches and reads papers.
 
-Four stores, one source of truth:
+Three stores, one source of truth:
 - the SQLite registry (``rag_papers.registry``) decides what exists. A paper is visible
   only once its chunks are stored, so a killed ingest leaves the previous index usable
   and a rerun resumes where it stopped;
@@ -8,10 +8,8 @@ Four stores, one source of truth:
   and one head vector per paper, with flat metadata for filters (texts are in the
   registry), and two more of the same for an optional second embedding model
   (``embed_model_2``). Hits whose paper is not in the registry are ignored;
-- an SQLite FTS5 keyword index over whole papers, in the registry's own database, so
-  it changes in the same transaction as the paper rows;
-- a tantivy copy of it for fast BM25 (``rag_papers.keyword``), trusted only while it
-  holds exactly the registry's papers.
+- a tantivy keyword index over whole papers for BM25 (``rag_papers.keyword``), derived
+  from the registry's titles and abstracts and rebuilt from them when it lacks papers.
 
 Writes (ingest, remove, repair, clear) are ``rag_papers.ingest.Ingester``'s; ``Index``
 keeps thin methods that hand them over, and notices other processes' writes.
@@ -34,12 +32,9 @@ from rag_papers.config import Settings
 from rag_papers.corpus import Paper
 from rag_papers.embedding import Embedder, check_model_installed, load_embedder
 from rag_papers.ingest import Ingester, IngestReport, RepairReport
-from rag_papers.keyword import BM25_B, BM25_K1, KeywordStore, keyword_tokens, lucene_idf, useful_terms
+from rag_papers.keyword import KeywordStore, keyword_tokens, useful_terms
 from rag_papers.registry import RegistryError, connect, in_batches, open_registry, row_to_paper, set_aside
 from rag_papers.vectors import VectorStore, VectorStoreError, kinds
-
-# Keyword candidates come from the rarest query terms, up to this many postings (see Index.keyword).
-KEYWORD_POSTINGS = 5000
 
 
 class Index:
@@ -98,11 +93,10 @@ class Index:
         self._count_value, self._count_at = 0, -1e9
         self._stats_memo: tuple[list[str], int, float, list[tuple[str, int]]] | None = None
         self._kw: KeywordStore | None = None
-        self._kw_checked_at = -2e9  # the _count_at of the last check of the tantivy copy
-        self._kw_ok = False
+        self._kw_lock = threading.Lock()
+        self._kw_checked_at = -2e9  # the _count_at of the last check of the keyword index
+        self._kw_extra = 0  # papers the keyword index holds beyond the registry's (a write in progress)
         self.writer = Ingester(self)
-        if self._meta("term_df") != "1":
-            self.writer._rebuild_term_df()
 
     # ---- lazy heavy parts
     @property
@@ -305,7 +299,7 @@ class Index:
                 out[vid] = text[len(title) + 2 :] if title and text.startswith(title) else text
         return out
 
-    # ---- keyword index (tantivy, checked against the registry's FTS5 table; FTS5 as the fallback)
+    # ---- keyword index (tantivy, derived from the registry)
     def keyword(self, query: str, n: int) -> list[tuple[str, float]]:
         """Top papers by BM25 over the query's specific terms (``useful_terms``): ``keyword_terms`` for a query."""
         n_docs, stats = self.term_stats(query)
@@ -314,19 +308,14 @@ class Index:
     def keyword_terms(self, terms: Sequence[str], n: int) -> list[tuple[str, float]]:
         """(paper id, BM25) of the ``n`` best papers for these stemmed terms, best first.
 
-        BM25 with k1=1.2, b=0.75 and Lucene's idf (tantivy's own, from its ``doc_freq``),
-        over stemmed title + abstract. Which terms count is the retrieve stage's decision.
-        From the tantivy copy while it matches the registry, otherwise from FTS5
-        (``_fts_keyword``), which computes the same formula.
+        tantivy's BM25 (k1=1.2, b=0.75, Lucene's idf from its own counts) over stemmed title
+        + abstract. Which terms count is the retrieve stage's decision. Papers the registry
+        does not have (a batch an ingest has not registered yet) are skipped.
         """
         if not terms:
             return []
-        fast = self._fast_keyword()
-        if fast is not None:
-            scored = fast.search([(t, 1.0) for t in terms], n)
-        else:
-            n_docs, stats = self.stem_stats(list(terms))
-            scored = self._fts_keyword(list(terms), dict(stats), n_docs, n)
+        kw = self._keyword_index()
+        scored = kw.search([(t, 1.0) for t in terms], n + self._kw_extra)
         if not scored:
             return []
         marks = ",".join("?" * len(scored))
@@ -337,12 +326,12 @@ class Index:
             )
             .fetchall()
         )
-        return [(ids[r], sc) for r, sc in scored if sc > 0 and r in ids]
+        return [(ids[r], sc) for r, sc in scored if sc > 0 and r in ids][:n]
 
     @property
     def kw_store(self) -> KeywordStore:
-        """The tantivy copy. One tantivy cannot open (damaged files) is only a copy: it is deleted and
-        started empty, so searches use FTS5 until the next write refills it from the registry."""
+        """The tantivy keyword index. One tantivy cannot open (damaged files) is derived data only: it is
+        deleted and started empty, and rebuilt from the registry (``_keyword_index``)."""
         if self._kw is None:
             path = self.settings.keyword_path
             try:
@@ -353,87 +342,66 @@ class Index:
         return self._kw
 
     def keyword_state(self, count: int | None = None) -> tuple[int, int]:
-        """(papers, largest seq) of the registry: what the tantivy copy must hold to be trusted.
+        """(papers, largest seq) of the registry: what the keyword index holds when it is in step.
 
         ``count``: the paper count when the caller has just read it (COUNT(*) scans an index).
         """
         max_seq = int(self._conn().execute("SELECT COALESCE(MAX(seq), 0) FROM papers").fetchone()[0])
         return (self.count() if count is None else count), max_seq
 
-    def _fast_keyword(self) -> KeywordStore | None:
-        """The tantivy copy if it holds exactly the registry's papers, checked when the paper count is re-read."""
-        count = self._count_cached()
-        if self._kw_checked_at != self._count_at:
-            self._kw_ok = self.kw_store.state() == self.keyword_state(count)
-            self._kw_checked_at = self._count_at
-        return self._kw if self._kw_ok else None
+    def _keyword_index(self) -> KeywordStore:
+        """The keyword index, checked against the registry whenever the paper count is re-read.
 
-    def _fts_keyword(self, terms: list[str], df: dict[str, int], n_docs: int, n: int) -> list[tuple[int, float]]:
-        """(seq, BM25) from FTS5, for when the tantivy copy is not in step with the registry.
-
-        FTS5 finds the candidate rows; they are scored here with Lucene's idf, as tantivy
-        scores them. Why not FTS5's ``rank``: its idf differs, and it scores every paper
-        that contains any query term, so a common term in a large corpus makes a search
-        slow. Candidates come from the rarest terms (at most ``KEYWORD_POSTINGS``
-        postings, where any paper worth ranking has its best evidence); when every term
-        fits the budget (any corpus up to a few thousand papers), every match is scored.
+        Ahead of the registry (an ingest between its keyword and registry commits, or killed
+        there; a removal cut short) it is searched as it is, for that many more hits. Behind it
+        (lost, damaged, or written by another version) a reader rebuilds it from the registry
+        if no write holds the index; otherwise that write does, and searches meanwhile miss the
+        papers it lacks.
         """
-        terms = [t for t in terms if df.get(t)]
-        chosen: list[str] = []
-        postings = 0
-        for t in sorted(terms, key=lambda t: (df[t], t)):
-            if chosen and postings + df[t] > KEYWORD_POSTINGS:
-                break
-            chosen.append(t)
-            postings += df[t]
-        if not chosen:
-            return []
-        match = " OR ".join(f'"{t}"' for t in chosen)
-        limit = postings if len(chosen) == len(terms) else max(2 * n, 100)
-        rows = (
-            self._conn()
-            .execute(
-                "SELECT rowid, text FROM papers_fts WHERE papers_fts MATCH ? ORDER BY rank LIMIT ?", (match, limit)
-            )
-            .fetchall()
-        )
-        avgdl = self._fts_avgdl() or 1.0
-        idf = {t: lucene_idf(n_docs, df[t]) for t in terms}
-        scored = []
-        for rowid, text in rows:
-            tokens = text.split()
-            norm = BM25_K1 * (1 - BM25_B + BM25_B * len(tokens) / avgdl)
-            score = 0.0
-            for t, w in idf.items():  # a few query terms: list.count runs in C, unlike a Counter of every token
-                c = tokens.count(t)
-                if c:
-                    score += w * c * (BM25_K1 + 1) / (c + norm)
-            scored.append((int(rowid), score))
-        scored.sort(key=lambda x: (-x[1], x[0]))
-        return scored[:n]
+        count = self._count_cached()
+        with self._kw_lock:
+            if self._kw_checked_at == self._count_at:
+                return self.kw_store
+            kw = self.kw_store
+            kw.index.reload()  # another process may have rebuilt it without touching the registry
+            have, want = kw.state(), self.keyword_state(count)
+            if have[0] < want[0] or have[1] < want[1]:
+                self._rebuild_keyword_if_free()
+                have = kw.state()
+            self._kw_extra = max(0, have[0] - want[0])
+            self._kw_checked_at = self._count_at
+            return kw
 
-    def _fts_avgdl(self) -> float | None:
-        """Mean tokens per paper, from FTS5's own totals record (rows, then tokens per column, as varints)."""
-        row = self._conn().execute("SELECT block FROM papers_fts_data WHERE id = 1").fetchone()
-        if not row or not row[0]:
-            return None
-        values: list[int] = []
-        value = 0
-        for i, byte in enumerate(bytes(row[0])):
-            if len(values) == 2:
-                break
-            value = (value << 7) | (byte & 0x7F)
-            if not byte & 0x80 or i == 8:
-                values.append(value)
-                value = 0
-        return values[1] / values[0] if len(values) == 2 and values[0] else None
+    @property
+    def keyword_surplus(self) -> int:
+        """Papers the keyword index holds beyond the registry's (a write between its two commits, or killed there)."""
+        self._keyword_index()
+        return self._kw_extra
+
+    def _rebuild_keyword_if_free(self) -> None:
+        """Rebuild the keyword index here when no write holds it (this process's or another's)."""
+        from rag_papers.ingest import sync_keyword
+
+        kw = self.kw_store
+        if kw.writing:
+            return  # this process's own write is under way: it syncs the index itself
+        try:
+            kw.lock()
+        except (RagPapersError, ValueError, OSError):
+            return  # another process writes (and syncs it), or the data directory is read-only
+        try:
+            with closing(connect(self.settings.db_path)) as db:
+                sync_keyword(self, db, show_progress=False)
+        except (RagPapersError, ValueError, OSError, sqlite3.Error):
+            pass  # a read-only registry, a full disk: searches go on with what the index has
+        finally:
+            kw.close()
 
     def term_stats(self, query: str) -> tuple[int, list[tuple[str, int]]]:
         """(papers, [(term, papers containing it)]) for the query's stemmed terms.
 
-        Read from ``term_df``, kept in step with the FTS rows at ingest and removal:
-        fts5vocab would count a term's papers by walking its postings, O(df) per term.
-        The last answer is kept too: a search may ask twice (the retriever, then ``keyword``).
+        From the keyword index (``KeywordStore.doc_freqs``). The last answer is kept: a search
+        may ask twice (the retriever, then ``keyword``).
         """
         return self.stem_stats(list(dict.fromkeys(keyword_tokens(query))))
 
@@ -445,9 +413,8 @@ class Index:
         memo = self._stats_memo
         if memo is not None and memo[0] == terms and memo[1] == n_docs and memo[2] == self._count_at:
             return n_docs, memo[3]
-        marks = ",".join("?" * len(terms))
-        df = dict(self._conn().execute(f"SELECT term, df FROM term_df WHERE term IN ({marks})", terms).fetchall())
-        stats = [(t, int(df.get(t, 0))) for t in terms]
+        df = self._keyword_index().doc_freqs(terms)
+        stats = [(t, df.get(t, 0)) for t in terms]
         self._stats_memo = (terms, n_docs, self._count_at, stats)
         return n_docs, stats
 
@@ -570,7 +537,7 @@ class Index:
         self.writer.clear()
 
     def forget_counts(self) -> None:
-        """After a write: the paper count and the keyword copy's trust are read afresh at the next search."""
+        """After a write: the paper count and the keyword index's state are read afresh at the next search."""
         self._count_at = -1e9
         self._kw_checked_at = -2e9
 

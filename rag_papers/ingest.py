@@ -15,7 +15,6 @@ import json
 import sqlite3
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -34,8 +33,8 @@ from rag_papers.corpus import (
     to_paper,
     validate,
 )
-from rag_papers.keyword import keyword_tokens, term_counts
-from rag_papers.registry import in_batches, registry_error, registry_write
+from rag_papers.keyword import KEYWORD_VERSION, paper_text
+from rag_papers.registry import drop_old_keyword_tables, in_batches, registry_error, registry_write
 from rag_papers.vectors import (
     MODEL_KINDS,
     DiskFullError,
@@ -190,23 +189,6 @@ class Ingester:
         self.db = index.db
         self.notes = index.notes
         self.space = SpaceCheck(index.settings)
-
-    def _rebuild_term_df(self) -> None:
-        """Papers per keyword term, recounted from the stored token text (indexes made before the table existed)."""
-        counts = term_counts(r[0] for r in self.db.execute("SELECT text FROM papers_fts"))
-        with self.db:
-            self.db.execute("DELETE FROM term_df")
-            self.db.executemany("INSERT INTO term_df VALUES (?, ?)", counts.items())
-            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('term_df', '1')")
-
-    def _forget_terms(self, paper_ids: Sequence[str]) -> None:
-        """Take these papers out of ``term_df`` (call in the transaction that deletes them)."""
-        counts: Counter[str] = Counter()
-        for part, marks in in_batches(paper_ids):
-            sql = f"SELECT f.text FROM papers p JOIN papers_fts f ON f.rowid = p.seq WHERE p.id IN ({marks})"
-            counts += term_counts(r[0] for r in self.db.execute(sql, part))
-        self.db.executemany("UPDATE term_df SET df = df - ? WHERE term = ?", [(c, t) for t, c in counts.items()])
-        self.db.execute("DELETE FROM term_df WHERE df <= 0")
 
     def _bump_vector_epoch(self) -> None:
         """Tell readers in other processes that the vector store was rebuilt or set aside (see ``_watch``)."""
@@ -403,7 +385,7 @@ class Ingester:
         return title
 
     def _store_batch(self, batch: list[Paper], progress: Any) -> int:
-        """Embed a batch and write it: vectors to Chroma, then text, FTS rows and counts to the registry.
+        """Embed a batch and write it: vectors to Chroma, tokens to tantivy, then papers and chunk texts to the registry.
 
         Vectors go to the collection with flat metadata (ids, paper, chunk, year, venue),
         not through llama-index's ``ChromaVectorStore.add``: that stores each chunk's text as a
@@ -433,19 +415,17 @@ class Ingester:
             raise registry_error(self.settings.db_path, exc) from None
         self._write_vectors(passages)
         first = int(self.db.execute("SELECT COALESCE(MAX(seq), 0) FROM papers").fetchone()[0]) + 1
-        tokens_of = [keyword_tokens(f"{paper.title}. {paper.abstract}") for paper in batch]
-        # The tantivy copy before the registry: a kill in between leaves the copy ahead, which
-        # the next write notices (``_sync_keyword``) and searches meanwhile do not trust.
+        # The keyword index before the registry: a kill in between leaves it ahead (papers the
+        # registry lacks, which searches skip), and the next write rebuilds it (``_sync_keyword``).
         try:
-            self.index.kw_store.add((first + k, " ".join(tokens)) for k, tokens in enumerate(tokens_of))
+            self.index.kw_store.add((first + k, paper_text(p.title, p.abstract)) for k, p in enumerate(batch))
             self.index.kw_store.commit()
         except Exception as exc:  # tantivy raises ValueError with the OS error in its text
             if is_disk_full(exc):
                 raise disk_full_error(self.settings.home, "writing the keyword index") from None
             raise
-        terms: Counter[str] = Counter()
         with self._registry_write(), self.db:
-            for seq, paper, tokens in zip(range(first, first + len(batch)), batch, tokens_of):
+            for seq, paper in zip(range(first, first + len(batch)), batch):
                 chunk_rows = [(paper.id, i, chunk) for p, i, chunk in passages if p is paper]
                 n_chunks = len(chunk_rows)
                 self.db.execute(
@@ -464,16 +444,10 @@ class Ingester:
                         seq,
                     ),
                 )
-                terms.update(set(tokens))
-                self.db.execute("INSERT INTO papers_fts (rowid, text) VALUES (?, ?)", (seq, " ".join(tokens)))
                 self.db.executemany("INSERT INTO chunks VALUES (?,?,?)", chunk_rows)
                 for src in paper.sources:
                     file, _, loc = src.rpartition(":")
                     self.db.execute("INSERT OR IGNORE INTO sources VALUES (?,?,?)", (paper.id, file, loc))
-            self.db.executemany(
-                "INSERT INTO term_df VALUES (?, ?) ON CONFLICT(term) DO UPDATE SET df = df + excluded.df",
-                terms.items(),
-            )
             self.db.executemany("DELETE FROM pending WHERE paper_id=?", [(p.id,) for p in batch])
         self.index.forget_counts()
         space.done()
@@ -650,7 +624,6 @@ class Ingester:
                 "SELECT id, seq FROM papers WHERE id NOT IN (SELECT paper_id FROM sources)"
             ).fetchall()
             orphans = [r[0] for r in rows]
-            self._forget_terms(orphans)
             for part, marks in in_batches(orphans):
                 self.db.execute(f"DELETE FROM papers WHERE id IN ({marks})", part)
         self._deleted([r[1] for r in rows], orphans)
@@ -686,7 +659,6 @@ class Ingester:
         known = [pid for pid, _ in rows]
         self._sync_keyword()
         with self.db:
-            self._forget_terms(known)
             for pid in known:
                 self.db.execute("DELETE FROM sources WHERE paper_id=?", (pid,))
                 self.db.execute("DELETE FROM papers WHERE id=?", (pid,))
@@ -706,41 +678,52 @@ class Ingester:
             self.db.execute("DELETE FROM sources")
             self.db.execute("DELETE FROM papers")
             self.db.execute("DELETE FROM meta")
-            self.db.execute("DELETE FROM papers_fts")
             self.db.execute("DELETE FROM chunks")
             self.db.execute("DELETE FROM pending")
-            self.db.execute("DELETE FROM term_df")
-            self.db.execute("INSERT INTO meta VALUES ('term_df', '1')")
             self.db.execute("INSERT INTO meta VALUES ('vector_epoch', ?)", (f"{time.time():.6f}",))
         self.index.kw_store.clear()
         self.index.forget_counts()
 
     def _sync_keyword(self, show_progress: bool = False) -> None:
-        """Before a write: rebuild the tantivy copy from the registry's text if the two disagree.
-
-        They disagree after a kill between the copy's commit and the registry's, or after a
-        removal cut short, and when an index made before the copy existed is first written.
-        """
-        kw = self.index.kw_store
-        want = self.index.keyword_state()
-        if kw.state() == want:
-            return
-        kw.clear()
-        progress = progress_bar(want[0], "keyword index", show_progress and want[0] > 0)
-        rows: list[tuple[int, str]] = []
-        for row in self.db.execute("SELECT rowid, text FROM papers_fts"):
-            rows.append((int(row[0]), row[1]))
-            if len(rows) == 2000:
-                kw.add(rows)
-                if progress is not None:
-                    progress.update(len(rows))
-                rows = []
-        kw.add(rows)
-        kw.commit()
-        if progress is not None:
-            progress.update(len(rows))
-            progress.close()
+        """Before a write: rebuild the keyword index from the registry if the two disagree (``sync_keyword``)."""
+        with self._registry_write():
+            drop_old_keyword_tables(self.db)
+        sync_keyword(self.index, self.db, show_progress)
         self.index.forget_counts()
+
+
+def sync_keyword(index: Index, db: sqlite3.Connection, show_progress: bool = False) -> bool:
+    """Rebuild ``index``'s tantivy keyword index from the registry's titles and abstracts unless it
+    holds exactly the registry's papers, tokenised as today (True when it rebuilt). The caller holds
+    the keyword writer.
+
+    They disagree after a kill between the keyword commit and the registry's, after a removal
+    cut short, when the keyword files were lost or damaged, and when ``keyword_tokens`` changed
+    (``KEYWORD_VERSION``). One commit at the end: searches meanwhile use the old contents.
+    """
+    kw = index.kw_store
+    version = db.execute("SELECT value FROM meta WHERE key = 'keyword_version'").fetchone()
+    want = index.keyword_state()
+    if kw.state() == want and version is not None and version[0] == KEYWORD_VERSION:
+        return False
+    progress = progress_bar(want[0], "keyword index", show_progress and want[0] > 0)
+
+    def rows() -> Iterable[tuple[int, str]]:
+        last = 0
+        while batch := db.execute(
+            "SELECT seq, title, abstract FROM papers WHERE seq > ? ORDER BY seq LIMIT 2000", (last,)
+        ).fetchall():
+            yield from ((int(r[0]), paper_text(r[1], r[2])) for r in batch)
+            last = int(batch[-1][0])
+            if progress is not None:
+                progress.update(len(batch))
+
+    kw.rebuild(rows())
+    if progress is not None:
+        progress.close()
+    with registry_write(index.settings.db_path), db:
+        db.execute("INSERT OR REPLACE INTO meta VALUES ('keyword_version', ?)", (KEYWORD_VERSION,))
+    return True
 
 
 def verify_index(settings: Settings) -> dict[str, Any]:

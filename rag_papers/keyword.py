@@ -1,25 +1,24 @@
-"""The index stage's fast keyword side: a tantivy BM25 index, derived from the registry.
+"""The index stage's keyword side: a tantivy BM25 index, derived from the registry's texts.
 
-Why tantivy, beside the registry's SQLite FTS5 table: FTS5 has no early termination, so
-ranking costs a walk of every posting of every query term. Even limited to the rarest
-terms' postings (``KEYWORD_POSTINGS``) its time grew with the corpus on synthetic
-benchmark corpora, while tantivy (block-max WAND over impact-bounded blocks) measured
-much faster at scale, with exact BM25 over all query terms (docs/design-notes.md).
+The registry (SQLite) holds each paper's title and abstract; this index holds their
+``keyword_tokens`` and is rebuilt from them whenever the two disagree. Why tantivy and
+not SQLite's FTS5 beside the registry: FTS5 has no early termination, so ranking walks
+every posting of every query term and its time grew with the corpus on synthetic
+benchmark corpora, while tantivy (block-max WAND over impact-bounded blocks) stayed
+fast, with exact BM25 over all query terms (docs/design-notes.md). One engine, not two
+kept in step: term statistics come from tantivy too (``KeywordStore.doc_freqs``).
 
-The FTS5 table stays the source of truth for keyword text: it changes in the same
-transaction as the paper rows. This index gets a batch's papers before the registry
-commits them and loses removed papers after the registry has dropped them, so outside a
-rebuild it holds a superset of the registry's papers, and equal counts mean equal sets.
-It is used only while the counts (and largest ``seq``) agree; otherwise (a killed ingest,
-a removal cut short, an index from before this copy) searches fall back to FTS5 and the
-next write rebuilds it from the registry's text (seconds at scale: docs/design-notes.md).
+Write order makes this index a superset of the registry's papers outside a rebuild: it
+gets a batch's papers before the registry commits them and loses removed papers after
+the registry has dropped them. Searches skip papers the registry lacks; a copy that
+lacks registry papers (lost, damaged, from an older version) is rebuilt from the
+registry by the next write, or by a reader that can take the writer's lock.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,9 +26,18 @@ from typing import Any
 from rag_papers import RagPapersError
 from rag_papers.corpus import STOPWORDS
 
-# tantivy's BM25 parameters (its defaults, not settable from Python): the FTS5 fallback scores with
-# them too, and the retrieve stage bounds a term's score by (K1 + 1) x its idf.
+# tantivy's BM25 parameters (its defaults, not settable from Python): the retrieve stage bounds a
+# term's score by (K1 + 1) x its idf.
 BM25_K1, BM25_B = 1.2, 0.75
+
+# What ``keyword_tokens`` makes of a text; a change to it bumps this, and the next write
+# rebuilds the index from the registry so stored and query tokens agree.
+KEYWORD_VERSION = "1"
+
+# Terms in at most this many papers get an exact count of live papers (``doc_freqs``): a
+# posting walk, cheap at this size. Above it tantivy's stored count, which includes removed
+# papers until their segment is merged, is a close enough idf and free to read.
+EXACT_DF_UP_TO = 5000
 
 
 class KeywordStore:
@@ -67,6 +75,22 @@ class KeywordStore:
         hits = searcher.search(self._tantivy.Query.all_query(), max(1, searcher.num_docs), count=False).hits
         return [int(v) for v in searcher.fast_field_values("seq", [addr for _, addr in hits]) if v is not None]
 
+    def doc_freqs(self, terms: Sequence[str]) -> dict[str, int]:
+        """Papers containing each term, as tantivy's BM25 sees them.
+
+        Exact for rare terms (``EXACT_DF_UP_TO``): a removed paper's words stop counting at
+        once, so a question about it finds its words unknown, not known but unmatched.
+        """
+        searcher = self.index.searcher()
+        out: dict[str, int] = {}
+        for t in dict.fromkeys(terms):
+            df = int(searcher.doc_freq("text", t))
+            if 0 < df <= EXACT_DF_UP_TO:
+                found = searcher.search(self._tantivy.Query.term_query(self.schema, "text", t), 1, count=True)
+                df = int(found.count)  # type: ignore[attr-defined]  # tantivy's stubs lack SearchResult.count
+            out[t] = df
+        return out
+
     def search(self, terms: Sequence[tuple[str, float]], n: int) -> list[tuple[int, float]]:
         """(seq, score) of the ``n`` best papers for any of these (term, weight) pairs, best first.
 
@@ -89,6 +113,11 @@ class KeywordStore:
             except ValueError as e:
                 raise RagPapersError("another ingest or removal is writing this index; wait for it to finish") from e
         return self._writer
+
+    @property
+    def writing(self) -> bool:
+        """Whether this process holds the writer (a write operation is under way here)."""
+        return self._writer is not None
 
     def lock(self) -> None:
         """Take the writer (and its lock) now: a write operation calls this before it changes anything."""
@@ -115,6 +144,13 @@ class KeywordStore:
         self._w().delete_all_documents()
         self.commit()
 
+    def rebuild(self, rows: Iterable[tuple[int, str]]) -> None:
+        """Replace every paper with these (seq, token text) rows in one commit: readers see the old
+        contents or the new, never a half-built index."""
+        self._w().delete_all_documents()
+        self.add(rows)
+        self.commit()
+
     def commit(self) -> None:
         self._w().commit()
         self.index.reload()
@@ -130,8 +166,7 @@ class KeywordStore:
 _STEMMER: Any = None
 
 
-# Runs of 2+ letters or digits: underscores split words, as in FTS5's unicode61 tokenizer,
-# so our per-term counts (term_df) and FTS5's matching see the same words.
+# Runs of 2+ letters or digits; underscores split words (snake_case names are several words).
 _WORD = re.compile(r"[^\W_]{2,}")
 
 
@@ -158,12 +193,9 @@ def _stemmer() -> Any:
     return _STEMMER
 
 
-def term_counts(texts: Iterable[str]) -> Counter[str]:
-    """Papers per term, over stored keyword texts (space-joined ``keyword_tokens``)."""
-    counts: Counter[str] = Counter()
-    for text in texts:
-        counts.update(set(text.split()))
-    return counts
+def paper_text(title: str, abstract: str) -> str:
+    """What the index stores for a paper: its title and abstract as space-joined ``keyword_tokens``."""
+    return " ".join(keyword_tokens(f"{title}. {abstract}"))
 
 
 def lucene_idf(n_docs: int, df: int) -> float:

@@ -1,7 +1,7 @@
 """The registry: one SQLite file per data directory, the source of truth of what is indexed.
 
-Papers, their sources, chunk texts, keyword text (FTS5) and build metadata live here; the
-vector store and the tantivy keyword copy are derived from it and can be rebuilt from it
+Papers (title, abstract, metadata), their sources, chunk texts and build metadata live
+here; the vector store and the tantivy keyword index are derived from it and rebuilt from it
 (``rag_papers.ingest``). This module opens it, says in one line when it cannot be read,
 and sets a damaged file aside so that ``ingest --rebuild`` can start afresh.
 """
@@ -32,12 +32,7 @@ CREATE INDEX IF NOT EXISTS sources_file ON sources(file);
 CREATE INDEX IF NOT EXISTS papers_title ON papers(title);
 CREATE UNIQUE INDEX IF NOT EXISTS papers_seq ON papers(seq);
 CREATE INDEX IF NOT EXISTS papers_seq_id ON papers(seq, id);
-CREATE VIRTUAL TABLE IF NOT EXISTS papers_fts USING fts5(text, tokenize='unicode61');
 CREATE TABLE IF NOT EXISTS pending (paper_id TEXT PRIMARY KEY);
-CREATE TABLE IF NOT EXISTS term_df (term TEXT PRIMARY KEY, df INTEGER NOT NULL) WITHOUT ROWID;
-CREATE TRIGGER IF NOT EXISTS papers_fts_delete AFTER DELETE ON papers BEGIN
-    DELETE FROM papers_fts WHERE rowid = old.seq;
-END;
 CREATE TABLE IF NOT EXISTS chunks (
     paper_id TEXT NOT NULL, i INTEGER NOT NULL, text TEXT NOT NULL, PRIMARY KEY (paper_id, i)
 ) WITHOUT ROWID;
@@ -119,6 +114,24 @@ def check_registry_file(path: Path) -> None:
         )
 
 
+# Tables of registries written before tantivy became the only keyword index (SQLite FTS5 with its
+# own per-term counts): dropped by the first write (``drop_old_keyword_tables``), ignored before it.
+OLD_KEYWORD_TABLES = """
+DROP TRIGGER IF EXISTS papers_fts_delete;
+DROP TABLE IF EXISTS papers_fts;
+DROP TABLE IF EXISTS term_df;
+DELETE FROM meta WHERE key = 'term_df';
+"""
+
+
+def drop_old_keyword_tables(db: sqlite3.Connection) -> bool:
+    """Drop an older registry's FTS5 tables (True when there were any); a write operation calls it."""
+    if not db.execute("SELECT 1 FROM sqlite_master WHERE name IN ('papers_fts', 'term_df') LIMIT 1").fetchone():
+        return False
+    db.executescript("BEGIN;" + OLD_KEYWORD_TABLES + "COMMIT;")
+    return True
+
+
 def open_registry(path: Path) -> sqlite3.Connection:
     check_registry_file(path)
     db: sqlite3.Connection | None = None
@@ -148,8 +161,8 @@ def connect(path: Path, mmap: bool = False) -> sqlite3.Connection:
     db.row_factory = sqlite3.Row
     if mmap:
         # Read pages through a memory map (SQLite caps it at 2 GiB) instead of a read() call per
-        # page: a cold search of a large index touches many pages of FTS postings and rows, and
-        # this measured faster for the keyword side of a fresh process's searches.
+        # page: a cold search of a large index touches many pages of rows, and this measured
+        # faster for a fresh process's searches.
         # Only for the search threads' read connections: mapped pages count as the process's
         # memory, and on the ingest connection they raised a large ingest's peak RSS by far
         # (figures: docs/design-notes.md).

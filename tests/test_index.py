@@ -9,6 +9,8 @@ import shutil
 import sqlite3
 import time
 import uuid
+from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from rag_papers.config import Settings
 from rag_papers.corpus import content_hash, derive_title
 from rag_papers.embedding import resolve_model_path
 from rag_papers.index import Index
+from rag_papers.keyword import keyword_tokens
 from rag_papers.retrieve import Retriever
 from rag_papers.vectors import VectorStore
 
@@ -95,15 +98,22 @@ def assert_chunks_match_registry(index: Index) -> None:
     assert sorted(seqs) == sorted(r[0] for r in index.db.execute("SELECT seq FROM papers"))
 
 
-def assert_term_counts_match_fts5(index: Index) -> None:
-    """Our per-term paper counts agree with FTS5's own (fts5vocab), term by term."""
-    ours = dict(index.db.execute("SELECT term, df FROM term_df").fetchall())
-    # FTS5's own view of its postings (O(df) per term, hence our table), for this check only.
-    index.db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.vocab_check USING fts5vocab(main, papers_fts, 'row')")
-    fts5 = dict(index.db.execute("SELECT term, doc FROM temp.vocab_check").fetchall())
-    plain = {t for t in {*ours, *fts5} if t.isascii() and t.isalnum()}  # tokens FTS5 splits no further
-    assert plain and {t: ours.get(t, 0) for t in plain} == {t: fts5.get(t, 0) for t in plain}
-    assert all(df > 0 for df in ours.values())
+def registry_tokens(index: Index) -> dict[int, list[str]]:
+    """Each registered paper's keyword tokens (by seq), tokenised here from the registry's title and abstract."""
+    rows = index.db.execute("SELECT seq, title, abstract FROM papers").fetchall()
+    return {int(seq): keyword_tokens(f"{title}. {abstract}") for seq, title, abstract in rows}
+
+
+def assert_term_stats_match_registry(index: Index, gone: Iterable[str] = ()) -> None:
+    """The keyword index's per-term paper counts equal a recount over the registry's papers, term by term;
+    words of removed papers (``gone``) that no remaining paper has count as unknown."""
+    counts: Counter[str] = Counter()
+    for toks in registry_tokens(index).values():
+        counts.update(set(toks))
+    terms = sorted(counts) + sorted(set(keyword_tokens(" ".join(gone))) - set(counts))
+    n_docs, stats = index.stem_stats(terms)
+    assert n_docs == index.count() and len(terms) > 100
+    assert dict(stats) == {t: counts.get(t, 0) for t in terms}
 
 
 def top_ids(index: Index, settings: Settings, query: str, k: int = 5) -> list[str]:
@@ -210,7 +220,7 @@ def test_changed_and_removed_abstracts_are_synced(tmp_path: Path, settings: Sett
     assert list(index.get([content_hash(edited)])) == [content_hash(edited)]
     assert not [i for i in chunk_rows(index)["ids"] if i.startswith(content_hash(abba))]
     assert_chunks_match_registry(index)
-    assert_term_counts_match_fts5(index)
+    assert_term_stats_match_registry(index)
     assert top_ids(index, settings, "ABBA for protein folding")[0] == content_hash(edited)
     # The edited paper gets the title a fresh ingest would give it, not a tie-break variant.
     assert index.get([content_hash(edited)])[content_hash(edited)].title == derive_title(edited)
@@ -225,17 +235,13 @@ def test_changed_and_removed_abstracts_are_synced(tmp_path: Path, settings: Sett
     assert content_hash(temgx) not in {pid for pid, _ in index.keyword("TemGX temporal graph explainer", 50)}
     assert content_hash(temgx) not in top_ids(index, settings, "How does TemGX explain temporal graph networks?", 20)
     assert_chunks_match_registry(index)
-    assert_term_counts_match_fts5(index)
+    assert_term_stats_match_registry(index, gone=[temgx])
     assert index.remove([content_hash(swax)]) == 1
-    assert_term_counts_match_fts5(index)
-    assert_chunks_match_registry(index)  # the keyword copy lost it too
+    assert_term_stats_match_registry(index, gone=[temgx, swax])
+    assert index.stem_stats(["swax"])[1] == [("swax", 0)]  # its name is an unknown word now
+    assert_chunks_match_registry(index)  # the keyword index lost it too
     assert index.ingest([other], show_progress=False).added == 1
-    assert_term_counts_match_fts5(index)
-    # An index made before the counts existed gets them recounted when opened.
-    with index.db:
-        index.db.execute("DELETE FROM term_df")
-        index.db.execute("DELETE FROM meta WHERE key = 'term_df'")
-    assert_term_counts_match_fts5(Index(settings, embedder=embedder))
+    assert_term_stats_match_registry(index, gone=[temgx])
 
     # The other file's papers were never touched.
     assert {pid: p.to_dict() for pid, p in index.get(list(other_ids)).items()} == other_before
@@ -316,8 +322,14 @@ def test_ingest_killed_midway_keeps_index_usable_and_resumes(
     # Still searchable, from a fresh process's point of view; stray chunks are never returned.
     fresh = Index(settings, embedder=embedder)
     ahead = when == "after_second_batch_keywords"  # the keyword copy holds papers the registry lacks
-    assert (len(fresh.kw_store.seqs()) == 2 + 8 + 4 * ahead) and ((fresh._fast_keyword() is None) == ahead)
-    assert {pid for pid, _ in fresh.keyword("ABBA low-rank Hadamard adaptation", 20)} <= set(registry(fresh))
+    assert len(fresh.kw_store.seqs()) == 2 + 8 + 4 * ahead and fresh.keyword_surplus == 4 * ahead
+    # The unregistered papers are skipped, and the search still returns as many as the registry's papers allow.
+    query = "low-rank adaptation Hadamard temporal graph Dirichlet experts sliding window attention"
+    n_docs, stats = fresh.term_stats(query)
+    terms = {t for t, df in stats if 0 < df <= max(1.0, 0.25 * n_docs)}
+    matching = [seq for seq, toks in registry_tokens(fresh).items() if terms & set(toks)]
+    found = fresh.keyword(query, 3)
+    assert len(matching) >= 3 and len(found) == 3 and {pid for pid, _ in found} <= set(registry(fresh))
     assert top_ids(fresh, settings, "What is SWAX?")[0] == content_hash(swax)
     assert top_ids(fresh, settings, "Dirichlet routed mixture of experts")[0] == content_hash(dirmoe)
     known = registry(fresh)
@@ -327,7 +339,8 @@ def test_ingest_killed_midway_keeps_index_usable_and_resumes(
     report = fresh.ingest([later], show_progress=False)
     assert (report.added, report.unchanged, report.total) == (4, 8, 14)
     assert_chunks_match_registry(fresh)
-    assert fresh._fast_keyword() is fresh.kw_store  # in step again: searches use it
+    assert fresh.keyword_surplus == 0  # in step again
+    assert sorted(fresh.kw_store.seqs()) == sorted(registry_tokens(fresh))
     assert top_ids(fresh, settings, "What does ABBA claim?")[0] == content_hash(containing(SEED_004, "ABBA"))
     index.close()
     fresh.close()
@@ -457,35 +470,7 @@ def test_cli_chroma_url_without_server_is_one_line_error(tmp_path: Path) -> None
 
 
 # ------------------------------------------------------------------ keyword side at scale
-@pytest.mark.parametrize("budget", [1, 5])
-def test_keyword_candidates_from_rare_terms_keep_fts5_scores(
-    seeded: Settings, monkeypatch: pytest.MonkeyPatch, budget: int
-) -> None:
-    """FTS5 fallback: with a postings budget too small for every term, candidates come from the rarest terms and
-    keep the scores they get when every matching paper is scored."""
-    import rag_papers.index as index_module
-
-    index = Index(seeded)
-    monkeypatch.setattr(index, "_fast_keyword", lambda: None)  # as when the tantivy copy is out of step
-    queries = [
-        "low-rank adaptation Hadamard product of two low-rank matrices",
-        "temporal graph neural network explanations",
-        "mixture of experts routing with a Dirichlet distribution",
-    ]
-    exact = {q: index.keyword(q, 10) for q in queries}
-    monkeypatch.setattr(index_module, "KEYWORD_POSTINGS", budget)
-    for q in queries:
-        pruned = index.keyword(q, 10)
-        assert pruned, q
-        assert pruned[0][0] == exact[q][0][0], q
-        want = dict(exact[q])
-        for pid, score in pruned:
-            if pid in want:
-                assert score == pytest.approx(want[pid], rel=0.01), (q, pid)
-    index.close()
-
-
-def test_keyword_copy_ranks_by_bm25_over_every_paper(seeded: Settings) -> None:
+def test_keyword_index_ranks_by_bm25_over_every_paper(seeded: Settings) -> None:
     """tantivy's top-n and scores are BM25 (k1=1.2, b=0.75, Lucene's idf) over the specific terms, computed here.
 
     tantivy stores document lengths in a lossy byte, hence scores within a few percent.
@@ -493,8 +478,7 @@ def test_keyword_copy_ranks_by_bm25_over_every_paper(seeded: Settings) -> None:
     from rag_papers.keyword import useful_terms as _useful
 
     index = Index(seeded)
-    assert index._fast_keyword() is index.kw_store
-    docs = {int(seq): text.split() for seq, text in index.db.execute("SELECT rowid, text FROM papers_fts")}
+    docs = registry_tokens(index)
     ids = dict(index.db.execute("SELECT seq, id FROM papers").fetchall())
     avgdl = sum(map(len, docs.values())) / len(docs)
     for q in (
@@ -528,31 +512,72 @@ def test_keyword_copy_ranks_by_bm25_over_every_paper(seeded: Settings) -> None:
 
 
 @pytest.mark.parametrize("damaged", [False, True])
-def test_index_without_a_keyword_copy_uses_fts5_until_the_next_write_builds_it(
+def test_a_lost_or_damaged_keyword_index_is_rebuilt_from_the_registry_by_the_next_search(
     seeded: Settings, embedder: Any, damaged: bool
 ) -> None:
-    """An index from before the tantivy copy (or one whose copy was lost or damaged) searches through
-    FTS5; the next ingest rebuilds the copy from the registry's text, without re-embedding anything."""
+    """The keyword index is derived data: lost or damaged, the first search rebuilds it from the registry's
+    titles and abstracts, with the same results as before and without re-embedding or changing anything else."""
     before = Index(seeded, embedder=embedder)
     queries = ["What does ABBA claim?", "temporal graph explainer", "peptide drug benchmark"]
     want = {q: before.keyword(q, 10) for q in queries}
+    papers, vectors = registry(before), sorted(chunk_rows(before)["ids"])
     before.close()
     if damaged:
         (seeded.keyword_path / "meta.json").write_text("{not json", encoding="utf-8")  # tantivy refuses to open it
     else:
         shutil.rmtree(seeded.keyword_path)
     index = Index(seeded, embedder=embedder)
-    assert index._fast_keyword() is None
-    for q in queries:  # the same BM25, up to tantivy's lossy document lengths
-        fts5, fast = index.keyword(q, 10), dict(want[q])
-        assert fts5[0][0] == want[q][0][0], q
-        assert all(score == pytest.approx(fast[pid], rel=0.04) for pid, score in fts5 if pid in fast), q
-    report = index.ingest([SEEDS], show_progress=False)
-    assert (report.added, report.removed) == (0, 0)
-    assert_chunks_match_registry(index)  # the copy holds every paper again
-    assert index._fast_keyword() is index.kw_store
     assert {q: index.keyword(q, 10) for q in queries} == want
+    assert sorted(index.kw_store.seqs()) == sorted(registry_tokens(index))
+    assert registry(index) == papers and sorted(chunk_rows(index)["ids"]) == vectors
     index.close()
+
+
+def test_while_a_write_holds_the_index_a_search_does_not_rebuild_it_and_the_write_does(
+    seeded: Settings, embedder: Any
+) -> None:
+    """A search cannot take the writer's lock while an ingest holds it: it answers from what the keyword
+    index has (here nothing) instead of waiting or failing, and the write's own sync rebuilds it."""
+    shutil.rmtree(seeded.keyword_path)
+    holder = Index(seeded, embedder=embedder)
+    holder.kw_store.lock()  # an ingest in another process, between its start and its keyword sync
+    reader = Index(seeded, embedder=embedder)
+    assert reader.keyword("What does ABBA claim?", 10) == []
+    assert [h.id for h in Retriever(reader, seeded).search("What does ABBA claim?", 3).results]  # dense still answers
+    holder.close()
+    writer = Index(seeded, embedder=embedder)
+    assert writer.ingest([SEEDS], show_progress=False).added == 0
+    assert sorted(writer.kw_store.seqs()) == sorted(registry_tokens(writer))
+    reader.forget_counts()
+    assert reader.keyword("What does ABBA claim?", 10)
+    reader.close()
+    writer.close()
+
+
+def test_an_older_registry_loses_its_fts5_tables_at_the_next_write(seeded: Settings, embedder: Any) -> None:
+    """Registries written when SQLite FTS5 was a second keyword engine still open and search; the first write
+    drops the FTS5 table, its trigger and its per-term counts, and rebuilds the keyword index from the papers."""
+    index = Index(seeded, embedder=embedder)
+    want = index.keyword("What does ABBA claim?", 10)
+    with index.db:
+        index.db.execute("CREATE VIRTUAL TABLE papers_fts USING fts5(text, tokenize='unicode61')")
+        index.db.execute("CREATE TABLE term_df (term TEXT PRIMARY KEY, df INTEGER NOT NULL) WITHOUT ROWID")
+        index.db.execute(
+            "CREATE TRIGGER papers_fts_delete AFTER DELETE ON papers BEGIN "
+            "DELETE FROM papers_fts WHERE rowid = old.seq; END"
+        )
+        index.db.execute("INSERT INTO papers_fts (rowid, text) SELECT seq, title FROM papers")
+        index.db.execute("INSERT INTO meta VALUES ('term_df', '1')")
+        index.db.execute("DELETE FROM meta WHERE key = 'keyword_version'")
+    index.close()
+    older = Index(seeded, embedder=embedder)
+    assert older.keyword("What does ABBA claim?", 10) == want
+    assert older.ingest([SEEDS], show_progress=False).added == 0
+    names = {r[0] for r in older.db.execute("SELECT name FROM sqlite_master")}
+    assert not names & {"papers_fts", "term_df", "papers_fts_delete"}
+    assert older.db.execute("SELECT value FROM meta WHERE key = 'term_df'").fetchone() is None
+    assert older.keyword("What does ABBA claim?", 10) == want
+    older.close()
 
 
 def test_a_second_writer_is_refused_before_it_writes(seeded: Settings, embedder: Any, tmp_path: Path) -> None:
@@ -580,13 +605,6 @@ def test_a_second_writer_is_refused_before_it_writes(seeded: Settings, embedder:
     later.close()
 
 
-def test_fts_average_length_is_read_from_fts5(seeded: Settings) -> None:
-    index = Index(seeded)
-    texts = [r[0] for r in index.db.execute("SELECT text FROM papers_fts")]
-    assert index._fts_avgdl() == pytest.approx(sum(len(t.split()) for t in texts) / len(texts), rel=0.01)
-    index.close()
-
-
 def test_papers_of_an_earlier_batch_count_for_duplicates_ids_and_titles(tmp_path: Path, embedder: Any) -> None:
     """Within one ingest, a record repeating the text or title of a paper stored in an earlier
     batch is handled as if that paper had been there before the ingest (a repeated id with
@@ -612,22 +630,4 @@ def test_papers_of_an_earlier_batch_count_for_duplicates_ids_and_titles(tmp_path
     assert got["p9"][0] == "Paper 3 [p9]" and got["p3"][0] == "Paper 3"
     assert len({t for t, _ in got.values()}) == 11
     assert_chunks_match_registry(index)
-    index.close()
-
-
-def test_the_fts5_fallback_scores_every_stem_as_tantivy_does(seeded: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Stems are looked up as they are: stemming a stem again can change it (embed -> emb, represent -> repres),
-    which made the fallback drop those terms and score lower than the tantivy copy."""
-    from rag_papers.keyword import keyword_tokens
-
-    index = Index(seeded)
-    queries = ["graph embeddings", "learned representations of scenes", "denoising diffusion"]
-    assert any(keyword_tokens(t) != [t] for q in queries for t in keyword_tokens(q))  # a stem that re-stems
-    fast = {q: index.keyword(q, 10) for q in queries}
-    monkeypatch.setattr(index, "_fast_keyword", lambda: None)
-    for q in queries:
-        fts5 = index.keyword(q, 10)
-        assert fts5 and fts5[0][0] == fast[q][0][0], q
-        want = dict(fast[q])
-        assert all(score == pytest.approx(want[pid], rel=0.04) for pid, score in fts5 if pid in want), q
     index.close()
