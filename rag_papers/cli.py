@@ -104,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "repair",
-        help="rebuild derived data from the registry alone: vectors the store lacks or cannot read, the keyword copy",
+        help="rebuild derived data from the registry alone: vectors the store lacks or cannot read, the keyword index",
     )
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--json", action="store_true")

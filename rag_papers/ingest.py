@@ -3,7 +3,7 @@
 The write side of an index. Order of writes, so that a kill at any point leaves the
 previous index usable and a rerun resumes: a batch's ids go to ``pending`` first, then
 its vectors to the vector store and its tokens to the tantivy copy, then one registry
-transaction makes the papers visible. Vectors and the keyword copy are derived data:
+transaction makes the papers visible. Vectors and the keyword index are derived data:
 ``repair`` rebuilds them from the registry alone. With a second embedding model
 (``embed_model_2``) every write embeds each passage with both models into their own
 collections; one added to an existing index is caught up by the same reconciliation.
@@ -117,7 +117,7 @@ class SpaceCheck:
     1 kB (HNSW graph, Chroma's own write-ahead log, metadata); per character of text,
     10 bytes (the abstract, its chunks, keyword postings, SQLite's WAL); doubled. On top,
     ``min_free_mb`` and room for the stores' bursts: an HNSW resize rewrites a quarter
-    of the store, a tantivy merge needs up to the keyword copy's size again.
+    of the store, a tantivy merge needs up to the keyword index's size again.
     """
 
     def __init__(self, settings: Settings) -> None:
@@ -200,7 +200,7 @@ class Ingester:
 
         A vector store chromadb cannot read is set aside and rebuilt; papers whose vectors
         the store in use lacks are re-embedded from their registered chunk texts; the
-        keyword copy is rebuilt if it is out of step.
+        keyword index is rebuilt if it is out of step.
         """
         try:
             self.index.kw_store.lock()
@@ -635,7 +635,7 @@ class Ingester:
     def _deleted(self, seqs: list[int], paper_ids: list[str]) -> None:
         """After the registry's delete has committed: drop the papers' vectors and keyword copies.
 
-        Until the keyword copy commits, its count differs from the registry's and searches do not trust it.
+        Until the keyword index commits, it holds papers the registry lacks, which searches skip.
         """
         self.index.forget_counts()
         self._delete_vectors(paper_ids)
@@ -727,7 +727,7 @@ def sync_keyword(index: Index, db: sqlite3.Connection, show_progress: bool = Fal
 
 
 def verify_index(settings: Settings) -> dict[str, Any]:
-    """Registry, vectors and keyword copy agree: every paper's chunks present once, nothing without a paper.
+    """Registry, vectors and keyword index agree: every paper's chunks present once, nothing without a paper.
 
     Read straight from the files (not through an ``Index``), as a check after a kill must.
     """
@@ -771,7 +771,7 @@ def verify_index(settings: Settings) -> dict[str, Any]:
 
 
 def index_complete(check: dict[str, Any], n: int) -> bool:
-    """``verify_index`` found all ``n`` papers, each chunk (vector and text) and keyword copy once, and nothing else
+    """``verify_index`` found all ``n`` papers, each chunk (vector and text) and keyword document once, and nothing else
     (the second model's vectors too, when it checked them)."""
     zero = [
         "duplicate_chunk_ids",
