@@ -68,7 +68,7 @@ def test_ingest_with_a_second_model_fills_its_own_pair_of_collections(dual: Sett
     assert _counts(index) == {"chunks": chunks, "docs": 38, "chunks2": chunks, "docs2": 38}
     names = {c.name for c in index.vectors.client().list_collections()}
     assert {"papers", "papers_doc", "papers-m2-chunks", "papers-m2-docs"} <= names
-    assert index._meta("embed_model_2") == MINILM_DIR
+    assert index.recorded_second_model() == MINILM_DIR
     index.check_model()
     index.check_vectors()
     assert index.embedder2 is not None and index.embedder2.dim == 384
@@ -166,7 +166,7 @@ def test_adding_a_second_model_embeds_every_paper_for_it_alone(
     assert embedder2.tokens_embedded > 0
     assert _counts(index) == {"chunks": chunks, "docs": 38, "chunks2": chunks, "docs2": 38}
     assert any("embedded 38 papers" in n and "second embedding model" in n for n in index.notes)
-    assert index._meta("embed_model_2") == MINILM_DIR
+    assert index.recorded_second_model() == MINILM_DIR
     index.check_vectors()
     assert Retriever(index, settings).search(QUERIES[0]).results
     tokens2 = embedder2.tokens_embedded
