@@ -36,6 +36,10 @@ from rag_papers.keyword import KeywordStore, keyword_tokens, useful_terms
 from rag_papers.registry import RegistryError, connect, in_batches, open_registry, row_to_paper, set_aside
 from rag_papers.vectors import VectorStore, VectorStoreError, kinds
 
+# A keyword index holding more papers than this beyond the registry's (a large removal cut short) is
+# rebuilt by a reader rather than searched for that many extra hits.
+KEYWORD_SURPLUS_MAX = 1000
+
 
 class Index:
     """An open data directory, read side: ``nearest``, ``keyword``, ``get``, ``passages``; writes go to ``Ingester``."""
@@ -353,10 +357,10 @@ class Index:
         """The keyword index, checked against the registry whenever the paper count is re-read.
 
         Ahead of the registry (an ingest between its keyword and registry commits, or killed
-        there; a removal cut short) it is searched as it is, for that many more hits. Behind it
-        (lost, damaged, or written by another version) a reader rebuilds it from the registry
-        if no write holds the index; otherwise that write does, and searches meanwhile miss the
-        papers it lacks.
+        there; a removal cut short) it is searched as it is, for that many more hits, unless it
+        is far ahead (``KEYWORD_SURPLUS_MAX``). Behind it (its files lost or damaged) or far
+        ahead, a reader rebuilds it from the registry if no write holds the index; otherwise
+        that write does, and searches meanwhile miss the papers it lacks.
         """
         count = self._count_cached()
         with self._kw_lock:
@@ -365,7 +369,7 @@ class Index:
             kw = self.kw_store
             kw.index.reload()  # another process may have rebuilt it without touching the registry
             have, want = kw.state(), self.keyword_state(count)
-            if have[0] < want[0] or have[1] < want[1]:
+            if have[0] < want[0] or have[1] < want[1] or have[0] - want[0] > KEYWORD_SURPLUS_MAX:
                 self._rebuild_keyword_if_free()
                 have = kw.state()
             self._kw_extra = max(0, have[0] - want[0])
