@@ -336,6 +336,13 @@ def test_ingest_killed_midway_keeps_index_usable_and_resumes(
     for q in ("What does ABBA claim?", "temporal graph explainer", "peptide drug benchmark"):
         assert set(top_ids(fresh, settings, q, 10)) <= set(known)
 
+    if ahead:  # far ahead (a large removal cut short, here a lower bound), a reader rebuilds it instead
+        import rag_papers.index as index_module
+
+        monkeypatch.setattr(index_module, "KEYWORD_SURPLUS_MAX", 3)
+        fresh.forget_counts()
+        assert fresh.keyword_surplus == 0 and sorted(fresh.kw_store.seqs()) == sorted(registry_tokens(fresh))
+        monkeypatch.undo()
     report = fresh.ingest([later], show_progress=False)
     assert (report.added, report.unchanged, report.total) == (4, 8, 14)
     assert_chunks_match_registry(fresh)
