@@ -240,6 +240,18 @@ def test_status_pill_shows_markup_as_text() -> None:
         assert " ".join(form.split()) in m.plain
 
 
+@pytest.mark.parametrize("text", ["&amp;", "&#60;b&#62; &lt;i&gt;", "a & b < c", "{{ x }} {% y %}", "\\[1\\]"])
+def test_text_is_escaped_exactly_once(text: str) -> None:
+    """Entities and template syntax in corpus text show as written: the templates escape once, in HTML and Markdown."""
+    from rag_papers.retrieve import Hit
+    from rag_papers.ui import answer_html, status_html
+
+    hit = Hit(id=text, title=text, score=0.5, dense_score=0.5, keyword_score=0.0, passage=text, n=1)
+    for fragment in (status_html(text, "ok"), answer_html(f"{text} [1]", 0, [hit])):
+        assert Markup(fragment).plain.startswith(" ".join(text.split())), fragment
+        assert Markup(markdown_html(fragment)).plain.startswith(" ".join(text.split())), fragment
+
+
 def test_export_renders_no_corpus_links_or_images(tmp_path: Path) -> None:
     """A Markdown viewer opening the export shows the markup as text; our References list stays plain."""
     from rag_papers.ui import export_markdown
