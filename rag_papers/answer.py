@@ -36,22 +36,11 @@ def load_prompt(settings: Settings, name: str) -> str:
 
 
 @dataclass
-class Source:
-    n: int
-    id: str
-    title: str
-    score: float
-    passage: str
-    year: int | None = None
-    venue: str | None = None
-
-
-@dataclass
 class Answer:
     question: str
     answer: str
     citations: list[str]
-    sources: list[Source]
+    sources: list[Hit]  # the hits given to the model, numbered [1]..[n] as the prompt numbered them
     refused: bool
     backend: str
     model: str | None
@@ -64,6 +53,7 @@ class Answer:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("search")
+        d["sources"] = [s.source_dict() for s in self.sources]  # a source's keys, not a search result's
         return d
 
 
@@ -335,7 +325,7 @@ class AnswerStream:
             yield rest
         timings["first_token_ms"] = round(((first or time.perf_counter()) - t0) * 1000, 2)
         timings["generation_ms"] = round((time.perf_counter() - t0) * 1000, 2)
-        sources = [Source(n, h.id, p.title, h.score, h.passage, p.year, p.venue) for n, (h, p) in enumerate(used, 1)]
+        sources = [h.numbered(n, n in filt.used) for n, (h, _) in enumerate(used, 1)]
         cited = [sources[i - 1].id for i in filt.used]
         notice = self.backend_note or None
         if filt.removed:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from rag_papers import RagPapersError
@@ -228,8 +228,19 @@ class Filters:
         return True
 
 
+# The two JSON shapes of a hit, in the key order the CLI and the API have always printed.
+_RESULT_KEYS = ("id", "title", "score", "dense_score", "keyword_score", "passage", "year", "venue", "rerank_score")
+_SOURCE_KEYS = ("n", "id", "title", "score", "passage", "year", "venue")
+
+
 @dataclass
 class Hit:
+    """One retrieved paper: a search result, an answer's source and a paper in the UI's panel.
+
+    One record for all three, so no stage copies fields into a shape of its own: an answer's
+    sources are its hits, numbered (``n``) and marked ``cited``, and the UI shows those.
+    """
+
     id: str
     title: str
     score: float
@@ -239,9 +250,20 @@ class Hit:
     year: int | None = None
     venue: str | None = None
     rerank_score: float | None = None  # the reranker's score, for the candidates it rescored (rag_papers/rerank.py)
+    n: int = 0  # its number, the [n] that cites it, once numbered as a source or a listed match; 0 before
+    cited: bool = False  # the answer whose source it is cites it
+
+    def numbered(self, n: int, cited: bool = False) -> Hit:
+        """A copy numbered ``n``: the search result's own hit stays unnumbered, whoever lists it."""
+        return replace(self, n=n, cited=cited)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """A search result (``search --json``, the API's ``/search``)."""
+        return {k: getattr(self, k) for k in _RESULT_KEYS}
+
+    def source_dict(self) -> dict[str, Any]:
+        """An answer's source (``ask --json``, the API's ``/ask``)."""
+        return {k: getattr(self, k) for k in _SOURCE_KEYS}
 
 
 @dataclass

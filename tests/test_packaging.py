@@ -39,6 +39,25 @@ print(json.dumps({"file": rag_papers.__file__, "path": sys.path, "prompts": str(
                   "seeds": str(s.seeds_dir)}))
 """
 
+# The UI from the wheel: its templates and static files load, and the app serves its page.
+UI_PROBE = """\
+import json, socket, urllib.request
+import rag_papers.ui as ui
+from rag_papers.chat import Engine
+from rag_papers.config import Settings
+from rag_papers.ui.render import static_text
+with socket.socket() as sock:
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+settings = Settings(port=port)
+app = ui.build_app(settings, Engine(settings))
+url = ui.serve(app, settings, block=False, quiet=True)
+page = urllib.request.urlopen(url, timeout=60).read().decode()
+app.close()
+print(json.dumps({"file": ui.__file__, "panel": ui.empty_panel(), "css": static_text("app.css"),
+                  "js": static_text("app.js"), "page": page}))
+"""
+
 
 def run(
     cmd: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 300
@@ -154,11 +173,21 @@ def test_a_wheel_installed_outside_the_repo_ingests_and_answers(tmp_path: Path, 
     assert {p.name: p.stat().st_mtime_ns for p in (PROJECT_ROOT / "eval" / "results").iterdir()} == committed
     assert not (pkg / "eval").exists() and not (elsewhere / "eval").exists()
 
-    # The wheel carries every prompt and seed file of the tree, and no repository folder at the top level.
+    # The UI renders from the wheel's templates and static files and serves its page.
+    shown = json.loads(run([str(bin_dir / "python"), "-c", UI_PROBE], cwd=elsewhere, env=env).stdout.splitlines()[-1])
+    assert Path(shown["file"]).resolve().is_relative_to(site.resolve()), shown["file"]
+    assert shown["panel"].startswith('<div class="rp-empty">') and "<svg" in shown["panel"]
+    assert "#rp-header" in shown["css"] and "trigger('cite'" in shown["js"]
+    assert "rag-papers" in shown["page"]
+
+    # The wheel carries every prompt, seed and UI file of the tree, and no repository folder at the top level.
     names = set(zipfile.ZipFile(wheel).namelist())
     for folder in ("prompts", "seeds"):
         for f in (PROJECT_ROOT / folder).iterdir():
             assert f"rag_papers/{folder}/{f.name}" in names, f
+    for folder in ("templates", "static"):
+        for f in (PROJECT_ROOT / "rag_papers" / "ui" / folder).iterdir():
+            assert f"rag_papers/ui/{folder}/{f.name}" in names, f
     assert not any(n.startswith(("prompts/", "seeds/", "eval/", "tests/")) for n in names)
 
 

@@ -147,20 +147,26 @@ def markdown_html(text: str) -> str:
     return MarkdownIt("commonmark", {"html": True, "breaks": True}).enable(["table", "strikethrough"]).render(text)
 
 
-def _item(n: int, form: str) -> Any:
-    from rag_papers.ui import Item
+def _item(n: int, form: str) -> tuple[Any, Any]:
+    """Source n as the panel gets it: the hit, and the paper that holds its abstract."""
+    from rag_papers.corpus import Paper
+    from rag_papers.retrieve import Hit
 
-    return Item(
-        n,
-        f"id-{n}{form}",
-        f"Title {n} {form}",
-        0.5,
-        f"Passage {n} {form}.",
-        abstract=f"The abstract of paper {n} says {form}. It goes on about the topic.",
+    pid = f"id-{n}{form}"
+    hit = Hit(
+        id=pid,
+        title=f"Title {n} {form}",
+        score=0.5,
+        dense_score=0.5,
+        keyword_score=0.0,
+        passage=f"Passage {n} {form}.",
         year=2024,
         venue=f"Venue {form}",
+        n=n,
         cited=True,
     )
+    abstract = f"The abstract of paper {n} says {form}. It goes on about the topic."
+    return hit, Paper(pid, hit.title, abstract, year=hit.year, venue=hit.venue)
 
 
 def _hostile_state(tmp_path: Path) -> Any:
@@ -168,7 +174,9 @@ def _hostile_state(tmp_path: Path) -> Any:
     from rag_papers.ui import Exchange, UIState
 
     forms = hostile_forms("http://evil.example:81")
-    items = [_item(n, form) for n, form in enumerate(forms, 1)]
+    pairs = [_item(n, form) for n, form in enumerate(forms, 1)]
+    items = [hit for hit, _ in pairs]
+    papers = {paper.id: paper for _, paper in pairs}
     joined = " ".join(forms)
     state = UIState(session=None)  # type: ignore[arg-type]  # rendering never touches the session
     state.show_rewrite = True
@@ -179,13 +187,16 @@ def _hostile_state(tmp_path: Path) -> Any:
             standalone=f"standalone {joined}",
             text=f"From the abstracts:\n- {forms[0]} [1]\n- {forms[5]} [2]\n\n[g]: http://evil.example/ref\n{joined} [3] [99]",
             items=items,
+            papers=papers,
             notice=f"notice {joined}",
             footer=f"ollama {forms[0]} · retrieval 3 ms",
             done=True,
         ),
-        Exchange(question=f"search {joined}", mode="search", items=items, done=True, footer="retrieval only"),
+        Exchange(
+            question=f"search {joined}", mode="search", items=items, papers=papers, done=True, footer="retrieval only"
+        ),
         Exchange(question="failed", mode="answer", error=f"The LLM failed: {joined}", done=True),
-        Exchange(question="streaming", mode="answer", text=f"partial {joined}", items=items[:2]),
+        Exchange(question="streaming", mode="answer", text=f"partial {joined}", items=items[:2], papers=papers),
     ]
     return state
 
@@ -222,11 +233,23 @@ def test_rendered_chat_and_panel_show_corpus_markup_as_text(tmp_path: Path) -> N
 
 
 def test_status_pill_shows_markup_as_text() -> None:
-    from rag_papers.ui import _status_html
+    from rag_papers.ui import status_html
 
     for form in hostile_forms("http://evil.example:81"):
-        m = assert_only_our_markup(_status_html(f"Ollama says {form}", "bad"), "status")
+        m = assert_only_our_markup(status_html(f"Ollama says {form}", "bad"), "status")
         assert " ".join(form.split()) in m.plain
+
+
+@pytest.mark.parametrize("text", ["&amp;", "&#60;b&#62; &lt;i&gt;", "a & b < c", "{{ x }} {% y %}", "\\[1\\]"])
+def test_text_is_escaped_exactly_once(text: str) -> None:
+    """Entities and template syntax in corpus text show as written: the templates escape once, in HTML and Markdown."""
+    from rag_papers.retrieve import Hit
+    from rag_papers.ui import answer_html, status_html
+
+    hit = Hit(id=text, title=text, score=0.5, dense_score=0.5, keyword_score=0.0, passage=text, n=1)
+    for fragment in (status_html(text, "ok"), answer_html(f"{text} [1]", 0, [hit])):
+        assert Markup(fragment).plain.startswith(" ".join(text.split())), fragment
+        assert Markup(markdown_html(fragment)).plain.startswith(" ".join(text.split())), fragment
 
 
 def test_export_renders_no_corpus_links_or_images(tmp_path: Path) -> None:

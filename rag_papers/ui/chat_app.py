@@ -1,0 +1,734 @@
+"""The Blocks app: layout and event handlers, one ``ChatApp`` shared by every browser session.
+
+How a question runs, and why:
+
+* A question is a chain of three events: a non-queued step that shows the question at once, a
+  *search* step and an *answer* step, each in its own concurrency group. Retrieval-only requests
+  are served by the search group, so a slow LLM generation never blocks them.
+* The handlers hold no conversation: each session's ``UIState`` comes in as an input and goes
+  back as an output, and every output is rebuilt from it by ``render.py``.
+* Every failure (LLM gone mid-answer, bad settings, a bug) becomes a ``⚠`` message in the chat;
+  the app keeps serving.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from rag_papers import RagPapersError
+from rag_papers.answer import Answer
+from rag_papers.chat import ChatSession, Engine
+from rag_papers.config import Settings
+from rag_papers.llm import ExtractiveBackend, LLMError, allowed_models, backend_names, get_backend, resolve_model
+from rag_papers.retrieve import Filters, Hit, SearchResult
+from rag_papers.ui.export import export_markdown
+from rag_papers.ui.render import (
+    brand_html,
+    chat_messages,
+    empty_panel,
+    index_line,
+    sources_panel,
+    static_text,
+    status_html,
+)
+from rag_papers.ui.state import Exchange, UIState
+
+log = logging.getLogger(__name__)
+
+ANY = "Any"
+STREAM_INTERVAL = 0.03  # seconds between UI updates while streaming (tokens are batched)
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "?"
+    return f"{value:.0f} ms" if value < 1000 else f"{value / 1000:.1f} s"
+
+
+def radio_update(state: UIState | None) -> dict[str, Any]:
+    """The "Show source" picker for the exchange shown in the panel."""
+    if state is None or state.view is None or state.view[0] >= len(state.exchanges):
+        return gr.update(choices=[], value=None, visible=False)
+    idx, sel = state.view
+    items = state.exchanges[idx].items
+    return gr.update(choices=[(f"[{it.n}]", it.n) for it in items], value=sel if items else None, visible=bool(items))
+
+
+def backend_status(settings: Settings, name: str | None, model: str | None) -> tuple[str, str]:
+    """(line, level) describing what will answer, e.g. "Ollama at …, model llama3.2:3b"."""
+    try:
+        backend, why = get_backend(settings, name or None, (model or "").strip() or None)
+    except RagPapersError as exc:
+        return str(exc), "bad"
+    if not backend.extractive:
+        return why, "ok"
+    if (name or settings.llm) == "extractive":
+        return "Extractive answers: quotes from the abstracts, no LLM", "ok"
+    head = why.split(" (", 1)[0].split(";", 1)[0]
+    if ": " in head:  # "… has no model 'x': run `ollama pull x`" -> keep the reason only
+        head = head.split(": ", 1)[0]
+    return f"{head[:1].upper()}{head[1:]}: extractive answers", "warn"
+
+
+def _example_questions(engine: Engine, limit: int = 3) -> list[str]:
+    """A few questions this corpus can answer, from papers whose title names their method."""
+    out: list[str] = []
+    for i, paper in enumerate(engine.index.papers()):
+        if i > 300 or len(out) >= limit:
+            break
+        m = re.match(r"^([A-Z][\w-]{1,15}):", paper.title)
+        if m:
+            out.append(f"What does {m.group(1)} claim?")
+    return out
+
+
+class ChatApp:
+    """Handlers and layout; one instance per built app, shared by all sessions (holds no chat state)."""
+
+    def __init__(self, settings: Settings, engine: Engine, llm: str | None = None, model: str | None = None) -> None:
+        self.llm = llm or settings.llm
+        self.model = (model or "").strip()
+        # The operator's --model (a name, or a GGUF path on their machine) is the backend's default.
+        if self.model and self.llm in ("auto", "ollama"):
+            settings = settings.model_copy(update={"ollama_model": self.model})
+        elif self.model and self.llm == "llamacpp":
+            settings = settings.model_copy(update={"llamacpp_model": Path(self.model)})
+        self.settings = settings
+        self.engine = engine
+        years = [y for y in engine.index.field_values("year") if y is not None]
+        venues = [v for v in engine.index.field_values("venue") if v]
+        self.years: list[int] = sorted({int(y) for y in years})
+        self.venues: list[str] = sorted({str(v) for v in venues})
+        self.n_papers = engine.index.count()
+        self._claim_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ helpers
+    def index_line(self, n_papers: int) -> str:
+        return index_line(n_papers, self.settings.embed_model, self.settings.retrieval)
+
+    def index_info(self) -> tuple[str, str]:
+        """Header and settings line with the index's current size (another process may have ingested)."""
+        n = self.engine.index.count()
+        self.n_papers = n
+        return brand_html(n), self.index_line(n)
+
+    def _extra_models(self, name: str) -> dict[str, str]:
+        """A plugin backend's --model from the command line, allowed beside its default."""
+        plugin = name == self.llm and name not in ("auto", "ollama", "llamacpp", "extractive")
+        return {self.model: self.model} if plugin and self.model else {}
+
+    def resolve(self, backend_name: str | None, model: str | None) -> tuple[str, str | None]:
+        """(backend, model for get_backend) from a client's choice; RagPapersError unless both are allowed."""
+        name = (backend_name or "").strip() or self.llm
+        return name, resolve_model(self.settings, name, model, self._extra_models(name))
+
+    def model_choices(self, backend_name: str | None, listed: bool = True) -> list[str]:
+        """The names the model box offers for a backend, its default first (no paths: the server maps them)."""
+        name = (backend_name or "").strip() or self.llm
+        try:
+            allowed = allowed_models(self.settings, name, listed=listed)
+        except RagPapersError:
+            return []
+        return list({**allowed, **self._extra_models(name)})
+
+    def _model_update(self, backend_name: str | None, current: str | None = None, listed: bool = True) -> Any:
+        choices = self.model_choices(backend_name, listed)
+        value = current if current in choices else (choices[0] if choices else None)
+        return gr.update(choices=choices, value=value, interactive=bool(choices))
+
+    def new_state(self) -> UIState:
+        return UIState(ChatSession(self.engine))
+
+    def filters(self, year_from: Any, year_to: Any, venue: Any, keyword: Any) -> Filters:
+        def year(v: Any) -> int | None:
+            return None if v in (None, "", ANY) else int(v)
+
+        return Filters(
+            year(year_from),
+            year(year_to),
+            None if venue in (None, "", ANY) else str(venue),
+            (str(keyword).strip() or None) if keyword else None,
+        )
+
+    @staticmethod
+    def _numbered(result: SearchResult, limit: int) -> list[Hit]:
+        """The first ``limit`` hits, numbered [1]..[limit] for the panel and the citation links."""
+        return [h.numbered(n) for n, h in enumerate(result.results[:limit], 1)]
+
+    def _export(self, state: UIState) -> dict[str, Any]:
+        """Write the conversation to a fresh Markdown file for the download button."""
+        if not any(ex.done for ex in state.exchanges):
+            return gr.update(value=None, interactive=False)
+        if state.export_dir is None or not state.export_dir.is_dir():
+            state.export_dir = Path(tempfile.mkdtemp(prefix="rag-papers-export-"))
+        path = state.export_dir / f"rag-papers-chat-{datetime.now():%Y%m%d-%H%M%S}.md"
+        path.write_text(export_markdown(state), encoding="utf-8")
+        return gr.update(value=str(path), interactive=True)
+
+    def _outputs(self, state: UIState, *, panel: bool = True, final: bool = False) -> tuple[Any, ...]:
+        """Values for (chatbot, panel, picker, state, export, stop), the outputs of every chat step."""
+        return (
+            chat_messages(state),
+            sources_panel(state) if panel else gr.skip(),
+            radio_update(state) if panel else gr.skip(),
+            state,
+            self._export(state) if final else gr.skip(),
+            gr.update(visible=False) if final else gr.skip(),
+        )
+
+    @staticmethod
+    def _skip(n: int = 6) -> tuple[Any, ...]:
+        return tuple(gr.skip() for _ in range(n))
+
+    def _claim(self, state: UIState | None, pending: int | None, mode: str) -> Exchange | None:
+        """The pending exchange if it is of ``mode`` and no other step has taken it yet."""
+        if state is None or pending is None or pending >= len(state.exchanges):
+            return None
+        ex = state.exchanges[pending]
+        with self._claim_lock:
+            if ex.mode != mode or ex.done or ex.claimed:
+                return None
+            ex.claimed = True
+        return ex
+
+    @staticmethod
+    def _forget_failed_turn(state: UIState) -> None:
+        """A turn that produced no answer must not steer the next follow-up."""
+        turns = state.session.turns
+        if turns and turns[-1].answer is None:
+            turns.pop()
+
+    # ---------------------------------------------------------------- handlers
+    def accept(self, question: str, state: UIState | None, retrieval_only: bool) -> tuple[Any, ...]:
+        """Show the question at once (not queued), so the user sees it before any work starts."""
+        state = state or self.new_state()
+        question = (question or "").strip()
+        if not question:
+            return ("", *self._skip(5), state, None)
+        if state.busy():
+            gr.Warning("Still answering the previous question: wait for it or press Stop.")
+            return (question, *self._skip(5), state, gr.skip())
+        state.exchanges.append(Exchange(question, "search" if retrieval_only else "answer"))
+        return (
+            "",
+            chat_messages(state),
+            gr.skip(),
+            gr.skip(),
+            gr.skip(),
+            gr.update(visible=True),
+            state,
+            len(state.exchanges) - 1,
+        )
+
+    def run_search(
+        self,
+        pending: int | None,
+        state: UIState | None,
+        top_k: float,
+        year_from: Any,
+        year_to: Any,
+        venue: Any,
+        keyword: Any,
+    ) -> tuple[Any, ...]:
+        """Retrieval-only step: list matching papers without generating (its own concurrency group)."""
+        ex = self._claim(state, pending, "search")
+        if state is None or pending is None or ex is None:
+            return self._skip()
+        try:
+            ex.standalone = state.session.condense(ex.question, ExtractiveBackend())  # a search waits for no LLM
+            result = self.engine.search(ex.standalone, int(top_k), self.filters(year_from, year_to, venue, keyword))
+            ex.items, ex.papers = self._numbered(result, int(top_k)), result.papers
+            ex.relevant = result.relevant
+            if result.filtered_out:  # say that the filters, not the query, left nothing
+                ex.text = f"The filters excluded every paper: {result.filter_reason}. Widen or clear them."
+            ex.footer = f"retrieval only · {len(ex.items)} papers · retrieval {_ms(result.timings.get('total_ms'))}"
+            state.view = (pending, 1) if ex.items else None
+        except Exception as exc:  # noqa: BLE001 - shown in the chat, the app keeps serving
+            ex.error = self._error_text(exc)
+        ex.done = True
+        return self._outputs(state, final=True)
+
+    def run_answer(
+        self,
+        pending: int | None,
+        state: UIState | None,
+        backend_name: str,
+        model: str,
+        top_k: float,
+        year_from: Any,
+        year_to: Any,
+        venue: Any,
+        keyword: Any,
+    ) -> Iterator[tuple[Any, ...]]:
+        """Answer step: condense, retrieve, stream the cited answer token by token."""
+        ex = self._claim(state, pending, "answer")
+        if state is None or pending is None or ex is None:
+            yield self._skip()
+            return
+        try:
+            backend_name, model_value = self.resolve(backend_name, model)
+        except RagPapersError as exc:  # a name the server does not allow: shown, nothing looked up
+            ex.error, ex.done = str(exc), True
+            yield self._outputs(state, final=True)
+            return
+        try:
+            yield from self._stream_answer(
+                state,
+                pending,
+                ex,
+                backend_name,
+                model_value or "",
+                int(top_k),
+                self.filters(year_from, year_to, venue, keyword),
+            )
+        finally:
+            if not ex.done:  # cancelled (Stop, closed tab): leave a consistent history
+                ex.done = True
+                ex.stopped = True
+                self._forget_failed_turn(state)
+
+    def _stream_answer(
+        self,
+        state: UIState,
+        index: int,
+        ex: Exchange,
+        backend_name: str,
+        model: str,
+        top_k: int,
+        filters: Filters,
+    ) -> Iterator[tuple[Any, ...]]:
+        t0 = time.perf_counter()
+        try:
+            backend, _note = self.engine.backend(backend_name or None, (model or "").strip() or None)
+            standalone, stream = state.session.ask(ex.question, backend, "", top_k, filters)
+            ex.standalone = standalone
+            # Provisional sources (the prompt's papers, in order) so citations work while streaming:
+            # the search returned top_k papers, of which the prompt takes context_papers at most.
+            limit = self.settings.context_papers
+            ex.items = self._numbered(stream.result, limit) if stream.result.relevant else []
+            ex.papers = stream.result.papers
+            state.view = (index, 1) if ex.items else state.view
+            ex.stream = stream
+            ex.phase = stream.phase
+            yield self._outputs(state)
+            last = 0.0
+            for chunk in stream:
+                ex.text += chunk
+                now = time.perf_counter()
+                phase, ex.phase = ex.phase, stream.phase
+                # Text as it streams; while none comes (keepalives), a change of phase or the clock.
+                if now - last >= (STREAM_INTERVAL if chunk else 1.0) or phase != ex.phase:
+                    last = now
+                    yield self._outputs(state, panel=False)
+            answer = stream.answer
+            if answer is None and stream.cancelled:  # Stop: the text so far stays, marked, and no turn is kept
+                ex.stopped = True
+                ex.footer = f"stopped after {_ms((time.perf_counter() - t0) * 1000)}"
+            else:
+                assert answer is not None
+                self._finish(state, index, ex, answer, stream.result)
+        except Exception as exc:  # noqa: BLE001 - LLMError, RagPapersError or a bug: shown, never a traceback
+            if not isinstance(exc, RagPapersError):
+                log.exception("answering %r failed", ex.question)
+            ex.error = self._error_text(exc)
+            ex.footer = f"failed after {_ms((time.perf_counter() - t0) * 1000)}"
+            self._forget_failed_turn(state)
+        ex.done = True
+        yield self._outputs(state, final=True)
+
+    def _finish(self, state: UIState, index: int, ex: Exchange, answer: Answer, result: SearchResult) -> None:
+        ex.answer = answer
+        ex.text = answer.answer
+        ex.refused = answer.refused
+        # A refusal has no sources: the panel shows the closest papers instead.
+        ex.items = self._numbered(result, 3) if answer.refused else list(answer.sources)
+        ex.papers = result.papers
+        first_cited = next((it.n for it in ex.items if it.cited), 1)
+        state.view = (index, first_cited) if ex.items else (index, 0)
+        t = answer.timings
+        if answer.refused:
+            ex.footer = f"no LLM called · retrieval {_ms(t.get('retrieval_ms'))}"
+        else:
+            who = answer.backend + (f" {answer.model}" if answer.model else "")
+            ex.footer = f"{who} · retrieval {_ms(t.get('retrieval_ms'))} · generation {_ms(t.get('generation_ms'))}"
+            if answer.backend != "extractive" and "first_token_ms" in t:
+                ex.footer += f" (first token {_ms(t['first_token_ms'])})"
+        if not answer.refused and answer.notice:
+            ex.notice = answer.notice
+
+    @staticmethod
+    def _error_text(exc: BaseException) -> str:
+        if isinstance(exc, LLMError):
+            return f"The LLM failed: {exc}"
+        if isinstance(exc, RagPapersError):
+            return str(exc)
+        return f"Unexpected error ({type(exc).__name__}: {str(exc)[:200]}). The app is still running; try again."
+
+    def stop(self, state: UIState | None) -> tuple[Any, ...]:
+        """Mark a cancelled answer as stopped (the event itself is cancelled by gradio)."""
+        if state is None:
+            return self._skip()
+        if state.exchanges and not state.exchanges[-1].done:
+            ex = state.exchanges[-1]
+            if ex.stream is not None:
+                ex.stream.cancel()  # at once: gradio closes the event's generator only after its current step
+            ex.done = True
+            ex.stopped = True
+            self._forget_failed_turn(state)
+        return self._outputs(state, final=True)
+
+    def new_chat(self, state: UIState | None) -> tuple[Any, ...]:
+        """Forget the conversation (history, sources, export) but keep the controls."""
+        state = state or self.new_state()
+        state.session.reset()
+        state.exchanges.clear()
+        state.view = None
+        return (
+            [],
+            empty_panel(),
+            radio_update(state),
+            state,
+            gr.update(value=None, interactive=False),
+            gr.update(visible=False),
+            "",
+        )
+
+    def select_source(self, n: Any, state: UIState | None) -> tuple[Any, ...]:
+        """The "Show source" picker changed."""
+        if state is None or state.view is None or n in (None, ""):
+            return gr.skip(), gr.skip()
+        state.view = (state.view[0], int(n))
+        return sources_panel(state), state
+
+    def on_cite(self, state: UIState | None, evt: gr.EventData) -> tuple[Any, ...]:
+        """A citation link was clicked (anywhere on the page): show that exchange's paper."""
+        data = evt._data if isinstance(evt._data, dict) else {}
+        key = str(data.get("key", ""))
+        m = re.fullmatch(r"(\d+)-(\d+)", key)
+        if state is None or not m:
+            return gr.skip(), gr.skip(), gr.skip()
+        idx, n = int(m.group(1)), int(m.group(2))
+        if idx >= len(state.exchanges) or not any(it.n == n for it in state.exchanges[idx].items):
+            return gr.skip(), gr.skip(), gr.skip()
+        state.view = (idx, n)
+        return sources_panel(state), radio_update(state), state
+
+    def toggle_rewrite(self, show: bool, state: UIState | None) -> tuple[Any, ...]:
+        state = state or self.new_state()
+        state.show_rewrite = bool(show)
+        return chat_messages(state), state
+
+    def status(self, backend_name: str, model: str) -> str:
+        """The status pill for a backend and model choice (a choice the server refuses shows as bad)."""
+        try:
+            name, value = self.resolve(backend_name, model)
+        except RagPapersError as exc:
+            return status_html(str(exc), "bad")
+        return status_html(*backend_status(self.settings, name, value))
+
+    def on_backend(self, backend_name: str) -> tuple[Any, str]:
+        """The backend changed: offer its models, its default selected, and check it."""
+        return self.refresh_models(backend_name, "")
+
+    def refresh_models(self, backend_name: str, model: str) -> tuple[Any, str]:
+        """Page load and "Check LLM": the backend's models now (Ollama may have pulled more), and its status."""
+        update = self._model_update(backend_name, model)
+        return update, self.status(backend_name, update.get("value") or "")
+
+    # --------------------------------------------------------------------- API
+    def api_ask(
+        self,
+        question: str,
+        backend_name: str,
+        model: str,
+        top_k: float,
+        state: UIState | None,
+    ) -> tuple[dict[str, Any], UIState]:
+        """``/ask``: one turn of this client's conversation; returns the final answer and its sources."""
+        state = state or self.new_state()
+        question = (question or "").strip()
+        if not question:
+            return {"error": "empty question"}, state
+        try:
+            name, model_value = self.resolve(backend_name, model)  # only allowed names; never a path
+            backend, _ = self.engine.backend(name, model_value)
+            standalone, stream = state.session.ask(question, backend, "", int(top_k or self.settings.top_k))
+            for _ in stream:
+                pass
+            answer = stream.answer
+            assert answer is not None
+        except Exception as exc:  # noqa: BLE001 - an API caller gets the error as data
+            self._forget_failed_turn(state)
+            if not isinstance(exc, RagPapersError):
+                log.exception("/ask %r failed", question)
+            return {"question": question, "error": self._error_text(exc)}, state
+        out = answer.to_dict()
+        out["question"] = question
+        out["standalone"] = standalone
+        return out, state
+
+    def api_search(
+        self,
+        query: str,
+        top_k: int = 5,
+        year_min: int | None = None,
+        year_max: int | None = None,
+        venue: str = "",
+        keyword: str = "",
+    ) -> dict[str, Any]:
+        """``/search``: rank papers for a query without generating anything."""
+        query = (query or "").strip()
+        if not query:
+            return {"error": "empty query"}
+        try:
+            result = self.engine.search(
+                query, int(top_k or self.settings.top_k), Filters(year_min, year_max, venue or None, keyword or None)
+            )
+        except Exception as exc:  # noqa: BLE001
+            return {"query": query, "error": self._error_text(exc)}
+        return result.to_dict()
+
+    # ------------------------------------------------------------------ layout
+    def build(self) -> gr.Blocks:
+        s = self.settings
+        with gr.Blocks(title="rag-papers", fill_width=False, analytics_enabled=False) as demo:
+            state = gr.State(None)
+            pending = gr.State(None)
+            with gr.Row(elem_id="rp-header"):
+                brand = gr.HTML(brand_html(self.n_papers), padding=False, scale=3, elem_id="rp-brand")
+                status = gr.HTML(
+                    status_html("checking the LLM…", "warn"), elem_id="rp-status-wrap", padding=False, scale=2
+                )
+            with gr.Row(equal_height=False):
+                with gr.Column(scale=7, min_width=420):
+                    examples: list[Any] = [{"text": q} for q in _example_questions(self.engine)]
+                    chatbot = gr.Chatbot(
+                        label="Conversation",
+                        show_label=False,
+                        height=600,
+                        elem_id="rp-chat",
+                        placeholder="**Ask about the indexed papers.**<br>Answers stream in with citations like [1]; "
+                        "click one to read the paper's abstract.",
+                        examples=examples or None,
+                        buttons=["copy"],
+                        feedback_options=None,
+                        layout="bubble",
+                    )
+                    with gr.Row(elem_id="rp-ask-row"):
+                        msg = gr.Textbox(
+                            show_label=False,
+                            placeholder="Ask a question, e.g. “What does ABBA claim?” — or a follow-up",
+                            scale=8,
+                            lines=1,
+                            max_lines=4,
+                            autofocus=True,
+                            elem_id="rp-input",
+                            container=False,
+                        )
+                        send = gr.Button("Ask", variant="primary", scale=1, elem_id="rp-send", min_width=90)
+                        stop = gr.Button(
+                            "Stop", variant="stop", scale=1, visible=False, elem_id="rp-stop", min_width=80
+                        )
+                    with gr.Row(elem_id="rp-controls"):
+                        retrieval_only = gr.Checkbox(
+                            label="Retrieval only (list papers, no answer)",
+                            value=False,
+                            elem_id="rp-retrieval-only",
+                            container=False,
+                            scale=3,
+                        )
+                        show_rewrite = gr.Checkbox(
+                            label="Show rewritten question",
+                            value=False,
+                            elem_id="rp-show-rewrite",
+                            container=False,
+                            scale=3,
+                        )
+                        new = gr.Button("New chat", size="md", elem_id="rp-new", min_width=100, scale=1)
+                        export = gr.DownloadButton(
+                            "Export .md",
+                            value=None,
+                            size="md",
+                            interactive=False,
+                            elem_id="rp-export",
+                            min_width=110,
+                            scale=1,
+                        )
+                with gr.Column(scale=5, min_width=340, elem_id="rp-sources-col"):
+                    with gr.Group(elem_id="rp-sources-card"):
+                        picker = gr.Radio(
+                            choices=[],
+                            label="Show source",
+                            visible=False,
+                            elem_id="rp-source-pick",
+                            container=True,
+                        )
+                        panel = gr.HTML(
+                            empty_panel(),
+                            elem_id="rp-panel",
+                            js_on_load=static_text("app.js"),
+                            max_height=560,
+                            padding=False,
+                        )
+                    with gr.Accordion("Answering and retrieval settings", open=False, elem_id="rp-settings"):
+                        with gr.Row():
+                            first = self.llm if self.llm in backend_names() else "auto"
+                            backend = gr.Dropdown(
+                                backend_names(),
+                                value=first,
+                                label="LLM backend",
+                                scale=2,
+                                elem_id="rp-backend",
+                            )
+                            # A choice among the names the server allows (its default first), never a path;
+                            # the page load adds the models the Ollama server lists.
+                            initial = self.model_choices(first, listed=False)
+                            model = gr.Dropdown(
+                                initial,
+                                value=initial[0] if initial else None,
+                                label="Model",
+                                scale=3,
+                                elem_id="rp-model",
+                                allow_custom_value=False,
+                                interactive=bool(initial),
+                            )
+                        refresh = gr.Button("↻ Check LLM", size="sm")
+                        top_k = gr.Slider(
+                            1,
+                            20,
+                            value=s.top_k,
+                            step=1,
+                            label="Papers retrieved (top k)",
+                            info=f"Search results; an answer reads at most {s.context_papers} of them (context_papers).",
+                            elem_id="rp-topk",
+                        )
+                        year_choices: list[Any] = [ANY, *self.years]
+                        with gr.Row(visible=bool(self.years)):
+                            year_from = gr.Dropdown(year_choices, value=ANY, label="From year", elem_id="rp-year-from")
+                            year_to = gr.Dropdown(year_choices, value=ANY, label="To year", elem_id="rp-year-to")
+                        venue = gr.Dropdown(
+                            [ANY, *self.venues], value=ANY, label="Venue", visible=bool(self.venues), elem_id="rp-venue"
+                        )
+                        keyword = gr.Textbox(
+                            label="Keyword filter",
+                            placeholder="only papers containing these words",
+                            elem_id="rp-keyword",
+                        )
+                        index_line = gr.Markdown(self.index_line(self.n_papers), elem_id="rp-index-line")
+
+            # Hidden components backing the /ask API endpoint: backend and model are checked by
+            # ``resolve`` (an error as data), not by a Dropdown's choices (an exception).
+            api_question = gr.Textbox(visible=False, label="question")
+            api_backend = gr.Textbox(first, visible=False, label="LLM backend")
+            api_model = gr.Textbox("", visible=False, label="Model")
+            api_out = gr.JSON(visible=False, label="answer")
+            api_go = gr.Button(visible=False)
+
+            # ------------------------------------------------------------ events
+            chat_outputs = [chatbot, panel, picker, state, export, stop]
+            filt = [year_from, year_to, venue, keyword]
+
+            accept_args: dict[str, Any] = {
+                "fn": self.accept,
+                "inputs": [msg, state, retrieval_only],
+                "outputs": [msg, chatbot, panel, picker, export, stop, state, pending],
+                "queue": False,
+                "api_visibility": "private",
+            }
+
+            def chain(accepted: Any) -> Any:
+                """Search step, then answer step; each skips itself unless the question is its kind."""
+                searched = accepted.then(
+                    self.run_search,
+                    [pending, state, top_k, *filt],
+                    chat_outputs,
+                    concurrency_id="search",
+                    concurrency_limit=16,
+                    api_visibility="private",
+                    show_progress="hidden",
+                )
+                return searched.then(
+                    self.run_answer,
+                    [pending, state, backend, model, top_k, *filt],
+                    chat_outputs,
+                    concurrency_id="generate",
+                    concurrency_limit=4,
+                    api_visibility="private",
+                    show_progress="hidden",
+                )
+
+            def use_example(evt: gr.SelectData) -> str:
+                value = evt.value
+                return str(value.get("text", "")) if isinstance(value, dict) else str(value)
+
+            answer_typed = chain(gr.on([msg.submit, send.click], **accept_args))
+            answer_example = chain(
+                chatbot.example_select(use_example, None, msg, queue=False, api_visibility="private").then(
+                    **accept_args
+                )
+            )
+            stop.click(
+                self.stop,
+                [state],
+                chat_outputs,
+                cancels=[answer_typed, answer_example],
+                queue=False,
+                api_visibility="private",
+            )
+            new.click(
+                self.new_chat,
+                [state],
+                [chatbot, panel, picker, state, export, stop, msg],
+                api_name="new_chat",
+                queue=False,
+                cancels=[answer_typed, answer_example],
+            )
+            picker.input(self.select_source, [picker, state], [panel, state], queue=False, api_visibility="private")
+            panel.cite(self.on_cite, [state], [panel, picker, state], queue=False, api_visibility="private")
+            show_rewrite.change(
+                self.toggle_rewrite, [show_rewrite, state], [chatbot, state], queue=False, api_visibility="private"
+            )
+
+            status_args: dict[str, Any] = {
+                "concurrency_id": "status",
+                "concurrency_limit": 8,
+                "api_visibility": "private",
+                "show_progress": "hidden",
+            }
+            demo.load(self.refresh_models, [backend, model], [model, status], **status_args)
+            # The index may have grown since the app started (an `ingest` beside it): say what it holds now.
+            demo.load(self.index_info, None, [brand, index_line], queue=False, api_visibility="private")
+            backend.change(self.on_backend, [backend], [model, status], **status_args)
+            model.input(self.status, [backend, model], status, **status_args)
+            refresh.click(self.refresh_models, [backend, model], [model, status], **status_args)
+
+            api_go.click(
+                self.api_ask,
+                [api_question, api_backend, api_model, top_k, state],
+                [api_out, state],
+                api_name="ask",
+                concurrency_id="generate",
+                concurrency_limit=4,
+            )
+            gr.api(self.api_search, api_name="search", concurrency_id="search", concurrency_limit=16)  # type: ignore[attr-defined,unused-ignore]
+        demo.queue(default_concurrency_limit=8)
+        blocks: gr.Blocks = demo
+        return blocks
+
+
+# ------------------------------------------------------------------ entry points
+def build_app(
+    settings: Settings, engine: Engine | None = None, llm: str | None = None, model: str | None = None
+) -> gr.Blocks:
+    """The Blocks app (queue configured, not launched); ``engine`` defaults to one over ``settings``."""
+    return ChatApp(settings, engine or Engine(settings), llm, model).build()

@@ -1,0 +1,77 @@
+"""The conversation as a Markdown file (the "Export .md" button).
+
+Plain Python, not a template: Markdown has no autoescape to lean on, so every piece of corpus
+and model text is escaped here, explicitly, with ``md_inert``.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+from rag_papers import __version__
+from rag_papers.ui.render import clip, md_inert
+from rag_papers.ui.state import UIState
+
+_MD_CITE_RE = re.compile(r"\[(\d+)\](?!:)")  # "[n]:" would define a link, so it is escaped
+
+
+def _md_line(text: str) -> str:
+    return md_inert(" ".join(text.split()))
+
+
+def _md_id(pid: str) -> str:
+    return f"`{pid}`" if re.fullmatch(r"[\w.:-]+", pid) else _md_line(pid)
+
+
+def _md_text(text: str) -> str:
+    """Answer text for the export: inert except its ``[n]`` citations, which stay readable."""
+    out: list[str] = []
+    pos = 0
+    for m in _MD_CITE_RE.finditer(text):
+        out += [md_inert(text[pos : m.start()]), m.group(0)]
+        pos = m.end()
+    out.append(md_inert(text[pos:]))
+    return "".join(out)
+
+
+def export_markdown(state: UIState) -> str:
+    """The conversation as Markdown: each question, its answer and a References list.
+
+    Corpus and model text is escaped (``md_inert``), so a Markdown viewer shows it as written.
+    """
+    lines = [
+        "# rag-papers conversation",
+        "",
+        f"_Exported {datetime.now():%Y-%m-%d %H:%M} · rag-papers {__version__}_",
+        "",
+    ]
+    for i, ex in enumerate(state.exchanges, 1):
+        if not ex.done:
+            continue
+        lines += [f"## {i}. {_md_line(ex.question)}", ""]
+        if ex.standalone and ex.standalone != ex.question:
+            lines += [f"*Searched for: {_md_line(ex.standalone)}*", ""]
+        if ex.mode == "search" and not ex.error:
+            lines += ["Retrieval only (no answer generated). Matching papers:", ""]
+            lines += [
+                f"{it.n}. **{_md_line(it.title)}** ({_md_id(it.id)}, score {it.score:.3f}): "
+                f"{_md_line(clip(it.passage, 300))}"
+                for it in ex.items
+            ]
+            lines.append("")
+        else:
+            if ex.refused:
+                lines += [f"**Not covered.** {_md_text(ex.text)}", ""]
+            elif ex.text:
+                lines += [_md_text(ex.text.strip()), ""]
+            if ex.error:
+                lines += [f"> ⚠ {_md_line(ex.error)}", ""]
+            if ex.footer:
+                lines += [f"*{_md_line(ex.footer)}*", ""]
+            refs = [it for it in ex.items if it.cited] or ([] if ex.refused else ex.items)
+            if refs and not ex.refused:
+                lines += ["**References**", ""]
+                lines += [f"- [{it.n}] {_md_line(it.title)} (id {_md_id(it.id)})" for it in refs]
+                lines.append("")
+    return "\n".join(lines).rstrip() + "\n"

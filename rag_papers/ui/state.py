@@ -1,0 +1,58 @@
+"""What one browser session owns: its conversation as the UI shows it (kept in a ``gr.State``)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rag_papers.answer import Answer
+from rag_papers.chat import ChatSession
+from rag_papers.corpus import Paper
+from rag_papers.retrieve import Hit
+
+BUSY_SECONDS = 600.0  # a pending exchange older than this no longer blocks new questions
+
+
+@dataclass
+class Exchange:
+    """One question and what the UI showed for it: an answer, a paper list or an error."""
+
+    question: str
+    mode: str  # "answer" or "search"
+    standalone: str = ""
+    text: str = ""
+    # The papers in the panel, numbered: an answer's sources (``Answer.sources``) or the search's hits.
+    items: list[Hit] = field(default_factory=list)
+    papers: dict[str, Paper] = field(default_factory=dict, repr=False)  # their abstracts (``SearchResult.papers``)
+    answer: Answer | None = None
+    relevant: bool = True
+    refused: bool = False
+    error: str = ""
+    stopped: bool = False
+    footer: str = ""
+    notice: str = ""
+    done: bool = False
+    claimed: bool = False  # a worker step has taken it (guards against a double run)
+    started: float = field(default_factory=time.monotonic)
+    phase: str = ""  # what the answer waits for (``AnswerStream.phase``), shown until text arrives
+    stream: Any = field(default=None, repr=False, compare=False)  # the running AnswerStream, for Stop
+
+
+@dataclass
+class UIState:
+    """Everything one browser session owns; lives in a ``gr.State``."""
+
+    session: ChatSession
+    exchanges: list[Exchange] = field(default_factory=list)
+    view: tuple[int, int] | None = None  # (exchange index, source number) shown in the panel
+    show_rewrite: bool = False
+    export_dir: Path | None = None
+
+    def busy(self) -> bool:
+        """A question is still being answered (stale ones, e.g. a closed tab, stop counting)."""
+        if not self.exchanges:
+            return False
+        last = self.exchanges[-1]
+        return not last.done and time.monotonic() - last.started < BUSY_SECONDS
