@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import SEEDS, run_cli
+from conftest import SEEDS, run_main
 from test_no_network import (
     assert_offline,
     run_traced,
@@ -107,25 +107,25 @@ def test_hub_name_offline_cli_is_one_line_and_the_index_survives(seeded: Setting
     """The console script, HF_HUB_OFFLINE=1: exit 2, one stderr line with the model name; the index still answers."""
     home = str(seeded.home)
     offline = {"HF_HUB_OFFLINE": "1"}
-    before = run_cli("search", "--json", "--home", home, QUERY, env=offline)
+    before = run_main("search", "--json", "--home", home, QUERY, env=offline)
     assert before.returncode == 0, before.stderr
 
-    fresh = run_cli("ingest", "--home", home + "-fresh", "--embed-model", HUB_MODEL, str(SEEDS), env=offline)
+    fresh = run_main("ingest", "--home", home + "-fresh", "--embed-model", HUB_MODEL, str(SEEDS), env=offline)
     assert fresh.returncode == 2 and not fresh.stdout
     one_error_line(fresh.stderr, HUB_MODEL, "not in the local cache", "--embed-model /path/to/model")
 
     # --rebuild would drop the index first: the model is looked for before anything is touched.
     for extra in ([], ["--rebuild"]):
-        res = run_cli("ingest", "--home", home, "--embed-model", HUB_MODEL, *extra, str(SEEDS), env=offline)
+        res = run_main("ingest", "--home", home, "--embed-model", HUB_MODEL, *extra, str(SEEDS), env=offline)
         assert res.returncode == 2, res.stderr
         one_error_line(res.stderr, HUB_MODEL)
-    torch_res = run_cli(
+    torch_res = run_main(
         "ingest", "--home", home, "--rebuild", "--embed-backend", "torch", "--embed-model", HUB_MODEL, env=offline
     )
     assert torch_res.returncode == 2
     one_error_line(torch_res.stderr, HUB_MODEL, "not in the local cache")
 
-    after = run_cli("search", "--json", "--home", home, QUERY, env=offline)
+    after = run_main("search", "--json", "--home", home, QUERY, env=offline)
     assert after.returncode == 0, after.stderr
     assert json.loads(after.stdout)["results"] == json.loads(before.stdout)["results"]
     assert json.loads(after.stdout)["results"]
