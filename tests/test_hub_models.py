@@ -133,14 +133,20 @@ def test_hub_name_offline_cli_is_one_line_and_the_index_survives(seeded: Setting
 
 @pytest.mark.slow
 def test_a_cached_hub_model_never_contacts_the_hub(strace: str, tmp_path: Path) -> None:  # noqa: F811
-    """Without HF_HUB_OFFLINE (a download would be allowed), a model already in models_dir/hub is read, not fetched."""
+    """Without HF_HUB_OFFLINE (a download would be allowed), a model already in models_dir/hub is read, not fetched.
+
+    With the default backend: the first ingest exports the snapshot to ONNX (transformers and torch read it),
+    the search runs it with onnxruntime and tokenizers. (The torch backend loading a cached snapshot is checked,
+    with HF_HUB_OFFLINE and its vectors, in ``test_cached_hub_name_loads_offline_with_both_backends``.)
+    """
     cache = tmp_path / "models"
     fake_hub_cache(cache, "testorg/minilm")
     env = {"RAG_PAPERS_MODEL_CACHE": str(cache), "RAG_PAPERS_HOME": str(tmp_path / "home")}
-    flags = ("--embed-backend", "torch", "--embed-model", "testorg/minilm")
+    flags = ("--embed-model", "testorg/minilm")
     log = tmp_path / "ingest.strace"
     res = run_traced(strace, log, "ingest", "--no-progress", *flags, str(SEEDS), env=env)
     assert "38 papers indexed" in res.stdout
+    assert [p.name.startswith("models--testorg--minilm-") for p in cache.glob("*.onnx")] == [True]  # from the snapshot
     assert_offline(log, "rag-papers ingest --embed-model testorg/minilm (cached)")
     log = tmp_path / "search.strace"
     res = run_traced(strace, log, "search", "--json", *flags, QUERY, env=env)
