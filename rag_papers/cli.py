@@ -249,10 +249,30 @@ def _read_queries(path: Path) -> list[str]:
     return queries
 
 
+# The indexes the running command opened, closed by ``main`` when it ends. A process releases them on exit
+# anyway; ``main`` also runs in-process (the tests call it many times in one process), where an index left
+# open would keep its files, threads and chromadb's cached client for that folder alive into the next command.
+_OPENED: list[Any] = []
+
+
+def _opened(index: Any) -> Any:
+    _OPENED.append(index)
+    return index
+
+
+def _close_opened() -> None:
+    while _OPENED:
+        try:
+            _OPENED.pop().close()
+        except Exception:  # closing a store that failed is no reason to fail the command's result
+            pass
+
+
 def _engine(settings: Settings) -> Any:
     from rag_papers.chat import Engine
+    from rag_papers.index import Index
 
-    engine = Engine(settings)
+    engine = Engine(settings, _opened(Index(settings)))
     if engine.index.count() == 0:
         raise RagPapersError("the index is empty: run `rag-papers ingest` (or `rag-papers ingest FILES`) first")
     _check_reranker(settings)
@@ -279,7 +299,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
         validate(expand_paths(paths))
         resolve_model_path(settings.embed_model, settings.models_dir)  # a model it cannot get must not cost the index
-    index = Index(settings, rebuild=args.rebuild)
+    index = _opened(Index(settings, rebuild=args.rebuild))
     report = index.ingest(paths, rebuild=args.rebuild, show_progress=not args.no_progress and not args.json)
     if args.json:
         print(json.dumps({**report.to_dict(), "notes": index.notes}))
@@ -306,7 +326,7 @@ def cmd_repair(args: argparse.Namespace) -> int:
     from rag_papers.index import Index
 
     settings = settings_from(args)
-    index = Index(settings)
+    index = _opened(Index(settings))
     report = index.repair(show_progress=not args.no_progress and not args.json)
     if args.json:
         print(json.dumps({**report.to_dict(), "notes": index.notes}))
@@ -391,7 +411,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
 def cmd_papers(args: argparse.Namespace) -> int:
     from rag_papers.index import Index
 
-    index = Index(settings_from(args))
+    index = _opened(Index(settings_from(args)))
     for p in index.papers():
         if args.json:
             print(
@@ -416,7 +436,7 @@ def cmd_papers(args: argparse.Namespace) -> int:
 def cmd_remove(args: argparse.Namespace) -> int:
     from rag_papers.index import Index
 
-    index = Index(settings_from(args))
+    index = _opened(Index(settings_from(args)))
     missing = [i for i in args.ids if i not in index.get(args.ids)]
     if missing:
         raise RagPapersError(f"no paper with id {', '.join(missing)}; nothing removed")
@@ -448,7 +468,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     from rag_papers.llm import get_backend
 
     settings = settings_from(args)
-    index = Index(settings)
+    index = _opened(Index(settings))
     backend, note = get_backend(settings, "auto")
     try:
         index.check_vectors()
@@ -539,6 +559,8 @@ def main(argv: list[str] | None = None) -> int:
             f"unexpected {type(exc).__name__}: {what}" + ("" if debug else " (rerun with --debug for the traceback)")
         )
         return 1
+    finally:
+        _close_opened()
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -184,7 +185,8 @@ def page(browser: Any) -> Iterator[Any]:
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """The installed console script, as a user runs it."""
+    """The installed console script, as a user runs it: for tests about the process itself (its exit,
+    signals, a cold start, another process beside this one). The others use ``run_main``."""
     return subprocess.run(
         [str(VENV_BIN / "rag-papers"), *args],
         capture_output=True,
@@ -192,3 +194,47 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300)
         timeout=timeout,
         env={**os.environ, **(env or {})},
     )
+
+
+def run_main(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``rag-papers ARGS`` run in this process by the console script's entry point, ``rag_papers.cli.main``.
+
+    What ``run_cli`` returns, without a process start and its imports (seconds each): the exit code
+    (argparse's ``SystemExit`` included), and everything written to file descriptors 1 and 2, by
+    Python or by a native library, as text. ``env`` is set for the call only, and so is any
+    ``RAG_PAPERS_*`` variable the command sets itself (``--config`` does).
+    """
+    from rag_papers import cli
+
+    saved_env = dict(os.environ)
+    os.environ.update(env or {})
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved_fds, saved_streams = (os.dup(1), os.dup(2)), (sys.stdout, sys.stderr)
+    with tempfile.TemporaryFile() as out_f, tempfile.TemporaryFile() as err_f:
+        os.dup2(out_f.fileno(), 1)
+        os.dup2(err_f.fileno(), 2)
+        sys.stdout = open(1, "w", encoding="utf-8", errors="surrogateescape", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
+        try:
+            try:
+                code = cli.main(list(args))
+            except SystemExit as exc:  # argparse: --help, --version, a bad flag
+                code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+        finally:
+            sys.stdout.close()
+            sys.stderr.close()
+            sys.stdout, sys.stderr = saved_streams
+            os.dup2(saved_fds[0], 1)
+            os.dup2(saved_fds[1], 2)
+            for fd in saved_fds:
+                os.close(fd)
+            for key in {*(env or {}), *(k for k in {*os.environ, *saved_env} if k.startswith("RAG_PAPERS_"))}:
+                if key in saved_env:
+                    os.environ[key] = saved_env[key]
+                else:
+                    os.environ.pop(key, None)
+        out_f.seek(0)
+        err_f.seek(0)
+        stdout, stderr = (f.read().decode("utf-8", "replace") for f in (out_f, err_f))
+    return subprocess.CompletedProcess(["rag-papers", *args], code, stdout, stderr)

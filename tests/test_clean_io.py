@@ -3,8 +3,9 @@
 Control characters written as JSON escapes (``\\u001b[31m``, ``\\u0000``) and bidi overrides
 are stripped at ingest and on every plain-text print (an index written before that rule
 included); bad files, FIFOs, empty queries and filters that exclude every paper give one
-clear line, or say so in the result. Everything runs through the installed console script
-or ``rag_papers.cli.main`` against a real index.
+clear line, or say so in the result. Everything runs through the console script's entry point
+``rag_papers.cli.main`` (in this process: ``run_main``; the unprivileged user's run as a process)
+against a real index.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import run_main
 
 from rag_papers import cli
 from rag_papers.config import Settings
@@ -121,13 +122,13 @@ def test_abstract_of_only_controls_is_no_abstract(tmp_path: Path) -> None:
 
 def test_cli_never_prints_control_bytes_from_a_hostile_corpus(tmp_path: Path) -> None:
     f = hostile_jsonl(tmp_path)
-    res = run_cli("ingest", "--no-progress", str(f))
+    res = run_main("ingest", "--no-progress", str(f))
     assert res.returncode == 0, res.stderr
-    papers = run_cli("papers")
+    papers = run_main("papers")
     assert papers.returncode == 0 and "evilid  Red ALERT title gnp.exe" in papers.stdout, papers
-    as_json = json.loads(run_cli("papers", "--json").stdout)
+    as_json = json.loads(run_main("papers", "--json").stdout)
     assert not unsafe(json.dumps(as_json, ensure_ascii=False)), as_json
-    found = run_cli("search", "sparse attention in transformers trained on modular arithmetic", "--top-k", "1")
+    found = run_main("search", "sparse attention in transformers trained on modular arithmetic", "--top-k", "1")
     assert found.returncode == 0 and "Red ALERT title" in found.stdout, found.stderr
     for out in (papers.stdout, papers.stderr, found.stdout, found.stderr):
         assert not unsafe(out), unsafe(out)
@@ -150,9 +151,9 @@ def old_index(seeded: Settings) -> Iterator[tuple[Settings, str]]:
 def test_an_index_written_before_the_rule_prints_no_control_bytes(old_index: tuple[Settings, str]) -> None:
     _, pid = old_index
     runs = [
-        run_cli("papers"),
-        run_cli("search", "ABBA Hadamard product of two low-rank matrices", "--top-k", "2"),
-        run_cli("ask", "--llm", "extractive", "what does ABBA claim about the Hadamard product?"),
+        run_main("papers"),
+        run_main("search", "ABBA Hadamard product of two low-rank matrices", "--top-k", "2"),
+        run_main("ask", "--llm", "extractive", "what does ABBA claim about the Hadamard product?"),
     ]
     for res in runs:
         assert res.returncode == 0, res.stderr
@@ -160,17 +161,17 @@ def test_an_index_written_before_the_rule_prints_no_control_bytes(old_index: tup
     assert f"{pid}  ABBA: pre-trained weights" in runs[0].stdout
     assert "ABBA: pre-trained weights" in runs[1].stdout and "ABBA: pre-trained weights" in runs[2].stdout
     # JSON output keeps the stored text but escaped: no raw control byte on the terminal either.
-    res = run_cli("search", "--json", "ABBA Hadamard product of two low-rank matrices", "--top-k", "1")
+    res = run_main("search", "--json", "ABBA Hadamard product of two low-rank matrices", "--top-k", "1")
     assert not unsafe(res.stdout) and "\\u001b" in res.stdout
     assert json.loads(res.stdout)["results"][0]["title"].startswith("ABBA\u001b[2J")
 
 
 def test_user_text_and_error_lines_are_cleaned(tmp_path: Path, seeded: Settings) -> None:
-    res = run_cli("search", "\u001b[31mABBA\u001b[0m Hadamard\u202e", "--top-k", "1")
+    res = run_main("search", "\u001b[31mABBA\u001b[0m Hadamard\u202e", "--top-k", "1")
     assert res.returncode == 0 and "Query: ABBA Hadamard\n" in res.stdout
     assert not unsafe(res.stdout)
     missing = tmp_path / "no\u001b[31msuch\u202e.jsonl"
-    res = run_cli("ingest", str(missing))
+    res = run_main("ingest", str(missing))
     line = one_error_line(res, "nosuch.jsonl", "no such file")
     assert not unsafe(line)
 
@@ -182,7 +183,7 @@ def test_llamacpp_with_a_file_that_is_not_a_gguf(tmp_path: Path, seeded: Setting
     fake = tmp_path / "magic.gguf"
     fake.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\xff" * 64)  # the magic, then garbage: llama.cpp itself refuses it
     for path in (text, fake):
-        res = run_cli("ask", "--llm", "llamacpp", "--model", str(path), "what does ABBA claim?")
+        res = run_main("ask", "--llm", "llamacpp", "--model", str(path), "what does ABBA claim?")
         one_error_line(res, str(path))
         assert res.returncode == 2
 
@@ -201,19 +202,19 @@ def test_llamacpp_backend_wraps_a_failed_load(tmp_path: Path, settings: Settings
 def test_eval_with_a_binary_or_non_utf8_qa_file(tmp_path: Path, seeded: Settings) -> None:
     png = tmp_path / "qa.png"
     png.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)))
-    one_error_line(run_cli("eval", "--qa", str(png)), "qa.png", "binary")
+    one_error_line(run_main("eval", "--qa", str(png)), "qa.png", "binary")
     latin = tmp_path / "qa.jsonl"
     latin.write_bytes(
         json.dumps({"id": "q1", "question": "caf\u00e9?", "gold": []}).encode()
         + b"\n"
         + '{"id": "q2", "question": "Caf\u00e9 culture?", "gold": []}\n'.encode("latin-1")
     )
-    res = run_cli("eval", "--qa", str(latin))
+    res = run_main("eval", "--qa", str(latin))
     one_error_line(res, "qa.jsonl:2:", "UTF-8")
     assert res.returncode == 2
     empty_q = tmp_path / "empty_q.jsonl"
     empty_q.write_text(json.dumps({"id": "q1", "question": "  ", "gold": []}) + "\n")
-    one_error_line(run_cli("eval", "--qa", str(empty_q)), "empty_q.jsonl:1:", "empty question")
+    one_error_line(run_main("eval", "--qa", str(empty_q)), "empty_q.jsonl:1:", "empty question")
 
 
 def _unprivileged(work: Path) -> tuple[list[str], dict[str, int]]:
@@ -347,7 +348,7 @@ def test_empty_query_is_an_error(argv: list[str], tmp_path: Path, capsys: pytest
 def test_empty_query_prints_no_results_on_a_real_index(seeded: Settings) -> None:
     """The reported case: with an index, `search ""` printed three arbitrary papers and exit 0."""
     for args in (["search", ""], ["search", "--json", "   "], ["ask", "--llm", "extractive", ""]):
-        res = run_cli(*args)
+        res = run_main(*args)
         one_error_line(res, "empty")
         assert res.returncode == 2 and res.stdout == "", res.stdout
 
@@ -362,7 +363,7 @@ def test_queries_file_with_only_blank_lines(tmp_path: Path, capsys: pytest.Captu
 def test_empty_year_range_fails_before_loading(tmp_path: Path) -> None:
     home = tmp_path / "never-made"
     for cmd in (["search", "ABBA"], ["ask", "ABBA"]):
-        res = run_cli(*cmd, "--year-min", "2030", "--year-max", "2000", "--home", str(home))
+        res = run_main(*cmd, "--year-min", "2030", "--year-max", "2000", "--home", str(home))
         one_error_line(res, "--year-min 2030", "--year-max 2000")
         assert res.returncode == 2
     assert not home.exists()
@@ -373,17 +374,17 @@ FILTERS = [(["--year-min", "2030"], "year"), (["--venue", "NOPE"], "NOPE"), (["-
 
 @pytest.mark.parametrize(("flags", "needle"), FILTERS)
 def test_filters_that_exclude_every_paper_say_so(flags: list[str], needle: str, seeded: Settings) -> None:
-    res = run_cli("search", "what does ABBA claim?", *flags)
+    res = run_main("search", "what does ABBA claim?", *flags)
     assert res.returncode == 0, res.stderr
     assert "the filters excluded every paper" in res.stdout and needle in res.stdout, res.stdout
     assert "don't seem to cover" not in res.stdout
-    out = json.loads(run_cli("search", "--json", "what does ABBA claim?", *flags).stdout)
+    out = json.loads(run_main("search", "--json", "what does ABBA claim?", *flags).stdout)
     assert out["results"] == [] and out["relevant"] is False
     assert out["filtered_out"] is True and needle in out["filter_reason"]
-    ans = run_cli("ask", "--llm", "extractive", "what does ABBA claim?", *flags)
+    ans = run_main("ask", "--llm", "extractive", "what does ABBA claim?", *flags)
     assert ans.returncode == 0 and "filters excluded every paper" in ans.stdout and needle in ans.stdout, ans.stdout
     assert "don't cover" not in ans.stdout
-    a = json.loads(run_cli("ask", "--json", "--llm", "extractive", "what does ABBA claim?", *flags).stdout)
+    a = json.loads(run_main("ask", "--json", "--llm", "extractive", "what does ABBA claim?", *flags).stdout)
     assert a["refused"] is True and a["filtered_out"] is True and needle in a["notice"]
 
 
@@ -415,12 +416,13 @@ def test_ui_says_the_filters_excluded_everything(engine: object, seeded: Setting
 
 
 # ------------------------------------------------------------------ 4. FIFOs and folders
+@pytest.mark.timeout(60)  # a read that blocks on the FIFO fails the test here
 def test_fifo_and_folder_inputs_do_not_block(tmp_path: Path) -> None:
     fifo = tmp_path / "queries.fifo"
     os.mkfifo(fifo)
     assert stat.S_ISFIFO(fifo.stat().st_mode)
-    one_error_line(run_cli("search", "--queries-file", str(fifo), timeout=60), str(fifo), "not a regular file")
-    one_error_line(run_cli("eval", "--qa", str(fifo), timeout=60), str(fifo), "not a regular file")
-    one_error_line(run_cli("eval", "--qa", str(tmp_path), timeout=60), str(tmp_path), "is a directory")
-    one_error_line(run_cli("search", "--queries-file", str(tmp_path), timeout=60), "is a directory")
-    one_error_line(run_cli("ingest", str(fifo), timeout=60), str(fifo), "not a regular file")
+    one_error_line(run_main("search", "--queries-file", str(fifo)), str(fifo), "not a regular file")
+    one_error_line(run_main("eval", "--qa", str(fifo)), str(fifo), "not a regular file")
+    one_error_line(run_main("eval", "--qa", str(tmp_path)), str(tmp_path), "is a directory")
+    one_error_line(run_main("search", "--queries-file", str(tmp_path)), "is a directory")
+    one_error_line(run_main("ingest", str(fifo)), str(fifo), "not a regular file")

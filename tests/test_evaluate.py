@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_cli
+from conftest import run_main
 
 from rag_papers.chat import Engine
 from rag_papers.config import PROJECT_ROOT, Settings
@@ -21,7 +21,7 @@ QA = PROJECT_ROOT / "eval" / "qa.jsonl"
 
 def test_eval_scores_every_config_and_writes_its_reports(seeded: Settings, tmp_path: Path) -> None:
     out = tmp_path / "results"
-    res = run_cli("eval", "--json", "--out", str(out), timeout=900)
+    res = run_main("eval", "--json", "--out", str(out))
     assert res.returncode == 0, res.stderr[-3000:]
     report = json.loads(res.stdout)
     configs = {c["name"]: c for c in report["configs"]}
@@ -125,7 +125,7 @@ def test_eval_terminal_table_and_own_qa_file(seeded: Settings, tmp_path: Path) -
     mine = [next(q for q in lines if q["kind"] == "lexical"), next(q for q in lines if q["kind"] == "offtopic")]
     qa = tmp_path / "mine.jsonl"
     qa.write_text("".join(json.dumps(q) + "\n" for q in mine))
-    res = run_cli("eval", "--qa", str(qa), "--configs", "bm25,hybrid", "--out", str(tmp_path / "r"), timeout=600)
+    res = run_main("eval", "--qa", str(qa), "--configs", "bm25,hybrid", "--out", str(tmp_path / "r"))
     assert res.returncode == 0, res.stderr[-3000:]
     table = res.stdout.splitlines()
     assert any(line.split()[:2] == ["hybrid", "lexical"] for line in table)
@@ -150,7 +150,7 @@ def test_bad_qa_files_fail_in_one_line(seeded: Settings, tmp_path: Path, content
     qa = tmp_path / "qa.jsonl"
     if content is not None:
         qa.write_text(content)
-    res = run_cli("eval", "--qa", str(qa), "--configs", "bm25", "--out", str(tmp_path / "r"))
+    res = run_main("eval", "--qa", str(qa), "--configs", "bm25", "--out", str(tmp_path / "r"))
     assert res.returncode != 0
     assert len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert expected in res.stderr and str(qa) in res.stderr

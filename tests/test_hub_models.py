@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import SEEDS, run_cli
+from conftest import SEEDS, run_main
 from test_no_network import (
     assert_offline,
     run_traced,
@@ -107,25 +107,25 @@ def test_hub_name_offline_cli_is_one_line_and_the_index_survives(seeded: Setting
     """The console script, HF_HUB_OFFLINE=1: exit 2, one stderr line with the model name; the index still answers."""
     home = str(seeded.home)
     offline = {"HF_HUB_OFFLINE": "1"}
-    before = run_cli("search", "--json", "--home", home, QUERY, env=offline)
+    before = run_main("search", "--json", "--home", home, QUERY, env=offline)
     assert before.returncode == 0, before.stderr
 
-    fresh = run_cli("ingest", "--home", home + "-fresh", "--embed-model", HUB_MODEL, str(SEEDS), env=offline)
+    fresh = run_main("ingest", "--home", home + "-fresh", "--embed-model", HUB_MODEL, str(SEEDS), env=offline)
     assert fresh.returncode == 2 and not fresh.stdout
     one_error_line(fresh.stderr, HUB_MODEL, "not in the local cache", "--embed-model /path/to/model")
 
     # --rebuild would drop the index first: the model is looked for before anything is touched.
     for extra in ([], ["--rebuild"]):
-        res = run_cli("ingest", "--home", home, "--embed-model", HUB_MODEL, *extra, str(SEEDS), env=offline)
+        res = run_main("ingest", "--home", home, "--embed-model", HUB_MODEL, *extra, str(SEEDS), env=offline)
         assert res.returncode == 2, res.stderr
         one_error_line(res.stderr, HUB_MODEL)
-    torch_res = run_cli(
+    torch_res = run_main(
         "ingest", "--home", home, "--rebuild", "--embed-backend", "torch", "--embed-model", HUB_MODEL, env=offline
     )
     assert torch_res.returncode == 2
     one_error_line(torch_res.stderr, HUB_MODEL, "not in the local cache")
 
-    after = run_cli("search", "--json", "--home", home, QUERY, env=offline)
+    after = run_main("search", "--json", "--home", home, QUERY, env=offline)
     assert after.returncode == 0, after.stderr
     assert json.loads(after.stdout)["results"] == json.loads(before.stdout)["results"]
     assert json.loads(after.stdout)["results"]
@@ -133,14 +133,20 @@ def test_hub_name_offline_cli_is_one_line_and_the_index_survives(seeded: Setting
 
 @pytest.mark.slow
 def test_a_cached_hub_model_never_contacts_the_hub(strace: str, tmp_path: Path) -> None:  # noqa: F811
-    """Without HF_HUB_OFFLINE (a download would be allowed), a model already in models_dir/hub is read, not fetched."""
+    """Without HF_HUB_OFFLINE (a download would be allowed), a model already in models_dir/hub is read, not fetched.
+
+    With the default backend: the first ingest exports the snapshot to ONNX (transformers and torch read it),
+    the search runs it with onnxruntime and tokenizers. (The torch backend loading a cached snapshot is checked,
+    with HF_HUB_OFFLINE and its vectors, in ``test_cached_hub_name_loads_offline_with_both_backends``.)
+    """
     cache = tmp_path / "models"
     fake_hub_cache(cache, "testorg/minilm")
     env = {"RAG_PAPERS_MODEL_CACHE": str(cache), "RAG_PAPERS_HOME": str(tmp_path / "home")}
-    flags = ("--embed-backend", "torch", "--embed-model", "testorg/minilm")
+    flags = ("--embed-model", "testorg/minilm")
     log = tmp_path / "ingest.strace"
     res = run_traced(strace, log, "ingest", "--no-progress", *flags, str(SEEDS), env=env)
     assert "38 papers indexed" in res.stdout
+    assert [p.name.startswith("models--testorg--minilm-") for p in cache.glob("*.onnx")] == [True]  # from the snapshot
     assert_offline(log, "rag-papers ingest --embed-model testorg/minilm (cached)")
     log = tmp_path / "search.strace"
     res = run_traced(strace, log, "search", "--json", *flags, QUERY, env=env)

@@ -1,9 +1,10 @@
 """Nothing lost, no silent corruption: a full disk, a switched or deleted vector store, a damaged
 store or registry, a kill during the one-time ONNX export, an ingest beside a running reader.
 
-Each test drives the real console script (or the real ``Index``) over real files: a tmpfs that
-really fills up, a real `chroma run` server, real SQLite and Chroma files damaged the way a
-full disk or a bad copy damages them.
+Each test drives the console script's entry point (in this process, ``run_main``; as a process
+where the test is about another process or a killed one) or the real ``Index`` over real files: a
+tmpfs that really fills up, a real `chroma run` server, real SQLite and Chroma files damaged the
+way a full disk or a bad copy damages them.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SEEDS, VENV_BIN, run_cli
+from conftest import SEEDS, VENV_BIN, run_cli, run_main
 
 from rag_papers.config import Settings
 from rag_papers.corpus import content_hash
@@ -45,18 +46,13 @@ def one_error_line(res: subprocess.CompletedProcess[str]) -> str:
 
 
 def search_json(env: dict[str, str], *extra: str, query: str = ABBA_QUERY) -> dict[str, Any]:
-    res = run_cli("search", "--json", query, *extra, env=env)
+    res = run_main("search", "--json", query, *extra, env=env)
     assert res.returncode == 0, res.stderr
     return dict(json.loads(res.stdout))
 
 
 def synth(path: Path, n: int, seed: int = 7) -> Path:
-    res = subprocess.run(
-        [str(VENV_BIN / "rag-papers"), "synth", str(n), str(path), "--no-seeds", "--seed", str(seed)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    res = run_main("synth", str(n), str(path), "--no-seeds", "--seed", str(seed))
     assert res.returncode == 0, res.stderr
     return path
 
@@ -91,17 +87,17 @@ def test_a_full_disk_stops_ingest_cleanly_and_a_rerun_completes(tmpfs: Path, tmp
     # first (a corpus that really overflows the disk: the next test).
     corpus = synth(tmp_path / "big.jsonl", 80)
 
-    res = run_cli("ingest", "--no-progress", str(corpus), env=env)
+    res = run_main("ingest", "--no-progress", str(corpus), env=env)
     line = one_error_line(res)
     assert f"not enough free space in {home}" in line and " MB" in line and "rerun `rag-papers ingest`" in line
     assert shutil.disk_usage(tmpfs).free > 2_000_000  # stopped before the disk filled, not by it
-    stopped_at = json.loads(run_cli("info", "--json", env=env).stdout)["papers"]
+    stopped_at = json.loads(run_main("info", "--json", env=env).stdout)["papers"]
     assert 38 <= stopped_at < 118
     hit = search_json(env)  # the index as it was is searchable, dense side included
     assert hit["results"][0]["id"] == abba_id() and hit["results"][0]["dense_score"] > 0.15
 
     remount(tmpfs, "300m")  # space freed
-    done = run_cli("ingest", "--no-progress", str(corpus), env=env)
+    done = run_main("ingest", "--no-progress", str(corpus), env=env)
     assert done.returncode == 0, done.stderr
     assert f"{118 - stopped_at} added" in done.stdout and "118 papers indexed" in done.stdout
     assert search_json(env)["results"][0]["id"] == abba_id()
@@ -140,7 +136,7 @@ def test_a_write_that_hits_a_full_disk_anyway_is_one_line_and_the_next_ingest_re
     balloon.unlink()  # space freed, and more of it for the 60 abstracts
     remount(tmpfs, "300m")
     env = {"RAG_PAPERS_HOME": str(home)}
-    done = run_cli("ingest", "--no-progress", str(corpus), env=env)
+    done = run_main("ingest", "--no-progress", str(corpus), env=env)
     assert done.returncode == 0, done.stderr
     assert "98 papers indexed" in done.stdout
     hit = search_json(env)
@@ -190,38 +186,38 @@ def test_repair_rebuilds_an_unreadable_vector_store_from_the_registry_alone(
         assert cut_hnsw_pickles(seeded.home) >= 1
     else:
         damage_chroma_sqlite(seeded.home)
-    n = json.loads(run_cli("info", "--json", env=env).stdout)["papers"]
+    n = json.loads(run_main("info", "--json", env=env).stdout)["papers"]
 
-    line = one_error_line(run_cli("search", ABBA_QUERY, env=env))
+    line = one_error_line(run_main("search", ABBA_QUERY, env=env))
     assert str(seeded.home / "chroma") in line and "run `rag-papers repair`" in line
 
     # Without the corpus files: repair reads the registry only.
     shutil.copytree(seeded.home, tmp_path / "copy")
     env = {"RAG_PAPERS_HOME": str(tmp_path / "copy")}
-    res = run_cli("repair", "--no-progress", env=env)
+    res = run_main("repair", "--no-progress", env=env)
     assert res.returncode == 0, res.stderr
     assert f"{n:,} re-embedded" in res.stdout and "moved the unreadable vector store aside" in res.stderr
     assert len(list((tmp_path / "copy").glob("chroma.damaged-*"))) == 1  # kept, never deleted
     hit = search_json(env)
     assert hit["results"][0]["id"] == abba_id() and hit["results"][0]["dense_score"] > 0.15
-    again = run_cli("repair", "--no-progress", "--json", env=env)
+    again = run_main("repair", "--no-progress", "--json", env=env)
     assert json.loads(again.stdout)["reembedded"] == 0  # nothing left to do
 
 
 def test_a_deleted_chroma_folder_is_reported_and_the_next_ingest_reembeds_it(seeded: Settings) -> None:
     env = {"RAG_PAPERS_HOME": str(seeded.home)}
     shutil.rmtree(seeded.home / "chroma")
-    line = one_error_line(run_cli("search", ABBA_QUERY, env=env))
+    line = one_error_line(run_main("search", ABBA_QUERY, env=env))
     assert "does not match the registry" in line and "0 papers" in line and "run `rag-papers repair`" in line
-    info = json.loads(run_cli("info", "--json", env=env).stdout)  # info reports it, and does not fail on it
+    info = json.loads(run_main("info", "--json", env=env).stdout)  # info reports it, and does not fail on it
     assert info["papers"] == 38 and "does not match the registry" in info["vectors"]
-    res = run_cli("ingest", "--no-progress", env=env)
+    res = run_main("ingest", "--no-progress", env=env)
     assert res.returncode == 0, res.stderr
     assert "0 added, 38 unchanged" in res.stdout
     assert "re-embedded 38 papers" in res.stderr
     hit = search_json(env)
     assert hit["results"][0]["id"] == abba_id() and hit["results"][0]["dense_score"] > 0.15
-    assert json.loads(run_cli("info", "--json", env=env).stdout)["vectors"] == "in step with the registry"
+    assert json.loads(run_main("info", "--json", env=env).stdout)["vectors"] == "in step with the registry"
 
 
 @pytest.mark.slow
@@ -232,10 +228,10 @@ def test_switching_to_a_chroma_server_reconciles_the_registry_into_it(seeded: Se
         **embedded,
         "RAG_PAPERS_COLLECTION": f"switch{uuid.uuid4().hex[:8]}",
     }  # a fresh collection on the shared server
-    line = one_error_line(run_cli("search", ABBA_QUERY, "--chroma-url", chroma_server, env=env))
+    line = one_error_line(run_main("search", ABBA_QUERY, "--chroma-url", chroma_server, env=env))
     assert chroma_server in line and "does not match the registry" in line and "rag-papers repair" in line
 
-    res = run_cli("ingest", "--no-progress", "--chroma-url", chroma_server, env=env)
+    res = run_main("ingest", "--no-progress", "--chroma-url", chroma_server, env=env)
     assert res.returncode == 0, res.stderr
     assert (
         "0 added, 38 unchanged" in res.stdout
@@ -247,7 +243,7 @@ def test_switching_to_a_chroma_server_reconciles_the_registry_into_it(seeded: Se
     assert server_hit["results"][0]["id"] == abba_id()
     assert all(r["dense_score"] > 0 for r in server_hit["results"])
     assert [r["id"] for r in server_hit["results"]] == [r["id"] for r in embedded_hit["results"]]
-    again = run_cli("ingest", "--no-progress", "--chroma-url", chroma_server, env=env)
+    again = run_main("ingest", "--no-progress", "--chroma-url", chroma_server, env=env)
     assert "re-embedded" not in again.stderr  # in step now: nothing to do
 
 
@@ -271,9 +267,9 @@ def test_a_damaged_registry_is_one_line_naming_it_and_ingest_rebuild_recovers(da
     con.close()
     damage(db)
     for args in (["search", ABBA_QUERY], ["papers"], ["info"], ["ingest", "--no-progress"], ["ask", ABBA_QUERY]):
-        line = one_error_line(run_cli(*args, env=env))
+        line = one_error_line(run_main(*args, env=env))
         assert str(db) in line and "ingest --rebuild" in line, (args, line)
-    res = run_cli("ingest", "--no-progress", "--rebuild", env=env)
+    res = run_main("ingest", "--no-progress", "--rebuild", env=env)
     assert res.returncode == 0, res.stderr
     assert "moved it aside" in res.stderr and "38 added" in res.stdout
     assert len(list(seeded.home.glob("papers.sqlite.damaged-*"))) == 1
@@ -311,7 +307,7 @@ def test_a_killed_onnx_export_leaves_no_half_written_folders(seeded: Settings, t
     proc.kill()  # SIGKILL: nothing can run; the next export clears what it left
     proc.communicate(timeout=60)
     assert list(cache.rglob(".export-*"))
-    res = run_cli("search", ABBA_QUERY, env=env)
+    res = run_main("search", ABBA_QUERY, env=env)
     assert res.returncode == 0, res.stderr
     assert not list(cache.rglob(".export-*"))
     assert list(cache.rglob("*.onnx"))
@@ -365,7 +361,7 @@ def test_a_chroma_url_that_answers_but_is_not_chroma_says_so(seeded: Settings) -
     try:
         env = {"RAG_PAPERS_HOME": str(seeded.home)}
         for args in (["search", ABBA_QUERY], ["ingest", "--no-progress"]):
-            line = one_error_line(run_cli(*args, "--chroma-url", url, env=env))
+            line = one_error_line(run_main(*args, "--chroma-url", url, env=env))
             assert f"{url} answered, but not as a Chroma server" in line and "<" not in line, line
     finally:
         server.shutdown()

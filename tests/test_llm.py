@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from conftest import SEEDS, FakeBackend, free_port, run_cli
+from conftest import SEEDS, FakeBackend, free_port, run_main
 from ollama_stub import OllamaStub
 
 from rag_papers import RagPapersError
@@ -170,7 +170,7 @@ def test_server_dying_mid_stream_is_an_error(stub: OllamaStub, engine: Engine) -
 def test_cli_auto_picks_ollama_only_when_it_has_the_model(seeded: Settings) -> None:
     with OllamaStub(models=[MODEL], reply="ABBA trains two low-rank factors [1] [5]. Nope [6].") as srv:
         every_source = {"OLLAMA_HOST": srv.url, "RAG_PAPERS_SOURCE_MIN_RATIO": "0"}  # top 5 all in the prompt
-        res = run_cli("ask", "--json", "--llm", "auto", ABBA_Q, env=every_source)
+        res = run_main("ask", "--json", "--llm", "auto", ABBA_Q, env=every_source)
         assert res.returncode == 0, res.stderr
         obj = json.loads(res.stdout)
         assert (obj["backend"], obj["model"]) == ("ollama", MODEL)
@@ -180,7 +180,7 @@ def test_cli_auto_picks_ollama_only_when_it_has_the_model(seeded: Settings) -> N
         assert len(srv.requests_to("/api/chat")) == 1
 
         srv.models = ["qwen2.5:0.5b"]
-        res = run_cli("ask", "--json", "--llm", "auto", ABBA_Q, env={"OLLAMA_HOST": srv.url})
+        res = run_main("ask", "--json", "--llm", "auto", ABBA_Q, env={"OLLAMA_HOST": srv.url})
         assert res.returncode == 0, res.stderr
         obj = json.loads(res.stdout)
         assert (obj["backend"], obj["model"]) == ("extractive", None)

@@ -29,6 +29,11 @@ from rag_papers.config import Settings
 pytestmark = pytest.mark.slow  # every product test runs the console script under strace
 
 TRACED = "connect,sendto,sendmsg,sendmmsg"
+# Every process and thread (-f), stopped only at the traced calls: --seccomp-bpf installs a filter in the
+# traced command (inherited by every thread and child it starts) that hands strace just those calls, so
+# the millions of other calls an import of torch or chromadb makes run at full speed instead of each
+# stopping for strace. What is seen is the same: every connect/send of every process and thread.
+STRACE_FLAGS = ("-f", "--seccomp-bpf", "-qq")
 # One socket address as strace prints it, IPv4 or IPv6 (the port first, then the address).
 _ADDR = re.compile(
     r"sa_family=(?P<fam>AF_INET6?),\s*sin6?_port=htons\((?P<port>\d+)\),\s*"
@@ -91,7 +96,10 @@ def strace() -> str:
     if exe is None:
         pytest.fail("strace is not installed: run scripts/setup --dev (it installs Debian's strace)", pytrace=False)
     probe = subprocess.run(
-        [exe, "-f", "-qq", "-e", "trace=connect", "-o", os.devnull, "true"], capture_output=True, text=True, timeout=30
+        [exe, *STRACE_FLAGS, "-e", "trace=connect", "-o", os.devnull, "true"],
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     if probe.returncode != 0:
         pytest.skip(f"strace cannot trace here: {probe.stderr.strip()[:200]}")
@@ -116,7 +124,7 @@ def bare_env(**extra: str) -> dict[str, str]:
 
 
 def traced(strace: str, log: Path, *argv: str) -> list[str]:
-    return [strace, "-f", "-qq", "-s", "64", "-e", f"trace={TRACED}", "-o", str(log), *argv]
+    return [strace, *STRACE_FLAGS, "-s", "64", "-e", f"trace={TRACED}", "-o", str(log), *argv]
 
 
 def run_traced(

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SEEDS, FakeBackend, run_cli
+from conftest import SEEDS, FakeBackend, run_main
 
 from rag_papers.answer import CitationFilter
 from rag_papers.chat import Engine
@@ -124,7 +124,7 @@ def test_concurrent_searches_from_other_threads_match_sequential_ones(engine: En
 
 def test_cli_search_json_batches_queries(seeded: Settings) -> None:
     queries = [ABBA_Q, OFF_TOPIC[0], "What is SWAX?"]
-    res = run_cli("search", "--json", *queries)
+    res = run_main("search", "--json", *queries)
     assert res.returncode == 0, res.stderr
     lines = [json.loads(line) for line in res.stdout.splitlines()]
     assert len(lines) == 3
@@ -143,7 +143,7 @@ def test_cli_search_json_batches_queries(seeded: Settings) -> None:
 
 
 def test_cli_papers_json_lists_every_paper(seeded: Settings) -> None:
-    res = run_cli("papers", "--json")
+    res = run_main("papers", "--json")
     assert res.returncode == 0, res.stderr
     rows = [json.loads(line) for line in res.stdout.splitlines()]
     abstracts = seed_abstracts()
@@ -329,7 +329,7 @@ def test_extractive_answer_quotes_and_cites_given_sources(engine: Engine) -> Non
 
 
 def test_cli_ask_json_falls_back_to_extractive(seeded: Settings) -> None:
-    res = run_cli("ask", "--json", ABBA_Q, env={"OLLAMA_HOST": "http://127.0.0.1:9"})
+    res = run_main("ask", "--json", ABBA_Q, env={"OLLAMA_HOST": "http://127.0.0.1:9"})
     assert res.returncode == 0, res.stderr
     obj = json.loads(res.stdout)
     assert {"answer", "citations", "sources", "refused", "backend", "model", "timings"} <= set(obj)
@@ -343,7 +343,7 @@ def test_cli_ask_json_falls_back_to_extractive(seeded: Settings) -> None:
 def test_cli_ask_top_k_limits_the_sources(seeded: Settings) -> None:
     """``ask --top-k 2``: two papers retrieved, so at most two sources (context_papers is 5)."""
     every_source = {"RAG_PAPERS_SOURCE_MIN_RATIO": "0"}  # without --top-k, all five would be sources
-    res = run_cli("ask", "--json", "--llm", "extractive", "--top-k", "2", ABBA_Q, env=every_source)
+    res = run_main("ask", "--json", "--llm", "extractive", "--top-k", "2", ABBA_Q, env=every_source)
     assert res.returncode == 0, res.stderr
     obj = json.loads(res.stdout)
     assert [s["n"] for s in obj["sources"]] == [1, 2] and obj["sources"][0]["id"] == ABBA_ID

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import run_cli
+from conftest import run_main
 
 from rag_papers.corpus import content_hash, read_file
 from rag_papers.synth import MAX_WORDS, MIN_WORDS, generate, record_at, sample_queries, seed_records
@@ -79,7 +79,7 @@ def test_record_at_matches_file_and_queries_are_deterministic(tmp_path: Path) ->
 
 def test_cli_synth(tmp_path: Path) -> None:
     out = tmp_path / "cli.jsonl"
-    res = run_cli("synth", "40", str(out), "--seed", "5", timeout=60)
+    res = run_main("synth", "40", str(out), "--seed", "5")
     assert res.returncode == 0, res.stderr
     assert "wrote 40 abstracts" in res.stderr
     direct = tmp_path / "direct.jsonl"
