@@ -31,7 +31,7 @@ from rag_papers import RagPapersError
 from rag_papers.config import Settings
 from rag_papers.corpus import Paper
 from rag_papers.embedding import Embedder, check_model_installed, load_embedder
-from rag_papers.ingest import Ingester, IngestReport, RepairReport
+from rag_papers.ingest import Ingester, IngestReport, RepairReport, sync_keyword
 from rag_papers.keyword import KeywordStore, keyword_tokens, useful_terms
 from rag_papers.registry import RegistryError, connect, in_batches, open_registry, row_to_paper, set_aside
 from rag_papers.vectors import VectorStore, VectorStoreError, kinds
@@ -384,8 +384,6 @@ class Index:
 
     def _rebuild_keyword_if_free(self) -> None:
         """Rebuild the keyword index here when no write holds it (this process's or another's)."""
-        from rag_papers.ingest import sync_keyword
-
         kw = self.kw_store
         if kw.writing:
             return  # this process's own write is under way: it syncs the index itself

@@ -26,9 +26,9 @@ from typing import Any
 from rag_papers import RagPapersError
 from rag_papers.corpus import STOPWORDS
 
-# tantivy's BM25 parameters (its defaults, not settable from Python): the retrieve stage bounds a
+# tantivy's BM25 k1 (its default, not settable from Python; b is 0.75): the retrieve stage bounds a
 # term's score by (K1 + 1) x its idf.
-BM25_K1, BM25_B = 1.2, 0.75
+BM25_K1 = 1.2
 
 # What ``keyword_tokens`` makes of a text; a change to it bumps this, and the next write
 # rebuilds the index from the registry so stored and query tokens agree.
@@ -141,8 +141,7 @@ class KeywordStore:
             )
 
     def clear(self) -> None:
-        self._w().delete_all_documents()
-        self.commit()
+        self.rebuild(())
 
     def rebuild(self, rows: Iterable[tuple[int, str]]) -> None:
         """Replace every paper with these (seq, token text) rows in one commit: readers see the old
