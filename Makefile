@@ -3,7 +3,7 @@
 .PHONY: setup setup-dev chat test test-fast lint check format bench
 # The suite runs on every core (at most 4 workers): most tests wait on subprocesses, servers and a browser.
 # loadgroup, in collection order: the slow tests are handed out first and a few modules with costly fixtures
-# stay on one worker (tests/conftest.py, pytest_collection_modifyitems).
+# stay on one worker (tests/conftest.py: pytest_collection_modifyitems, pytest_xdist_make_scheduler).
 PYTEST = .venv/bin/python -m pytest -q -ra -n auto --maxprocesses 4 --dist loadgroup --no-loadscope-reorder --durations=15
 
 setup:
