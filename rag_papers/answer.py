@@ -15,6 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from rag_papers.claims import Claim, check_claims
 from rag_papers.config import Settings
 from rag_papers.corpus import Paper
 from rag_papers.llm import Backend, Message, estimate_tokens
@@ -49,6 +50,11 @@ class Answer:
     notice: str | None = None
     search: dict[str, Any] | None = None
     filtered_out: bool = False  # refused because the filters excluded every paper (``notice`` says how)
+    claims: list[Claim] = field(default_factory=list)  # each sentence, scored against what it cites (claims.py)
+
+    @property
+    def unsupported(self) -> list[Claim]:
+        return [c for c in self.claims if not c.supported]
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -332,9 +338,12 @@ class AnswerStream:
             notice = f"removed citations to sources that were not given: {', '.join(filt.removed)}"
         elif not cited:
             notice = "the answer cites no source; treat it with care"
+        text = tidy("".join(parts))
+        claims = self._claims(text, used)
+        timings["claims_ms"] = round((time.perf_counter() - t0) * 1000 - timings["generation_ms"], 2)
         self.answer = Answer(
             self.question,
-            tidy("".join(parts)),
+            text,
             cited,
             sources,
             False,
@@ -344,6 +353,16 @@ class AnswerStream:
             filt.removed,
             notice,
             search=self.result.to_dict(),
+            claims=claims,
+        )
+
+    def _claims(self, text: str, used: list[tuple[Hit, Paper]]) -> list[Claim]:
+        """The answer's claims, scored against the abstracts of the sources as the prompt numbered them."""
+        if self.embedder is None:
+            return []
+        intro = load_prompt(self.settings, "extractive_intro").strip() if self.backend.extractive else ""
+        return check_claims(
+            text, [(h.id, p.abstract) for h, p in used], self.embedder, self.settings.claim_floor, skip=[intro]
         )
 
     def run(self) -> Answer:

@@ -148,7 +148,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", type=Path, help="results folder (default: eval/results of a source checkout, else HOME/eval)"
     )
     p.add_argument("--configs", help="comma-separated configurations (default: naive,dense,bm25,rrf,hybrid)")
-    p.add_argument("--answers", action="store_true", help="also score answers' citations and refusals")
+    p.add_argument(
+        "--answers", action="store_true", help="also score answers' citations, refusals and claim support"
+    )
+    p.add_argument(
+        "--answers-limit",
+        type=int,
+        metavar="N",
+        help="answer at most N questions of each split, evenly spread (for slow LLMs; default: all)",
+    )
     p.add_argument("--llm", help="backend for --answers (default: auto)")
     p.add_argument("--model")
     p.add_argument("--json", action="store_true")
@@ -395,6 +403,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
         for s in answer.sources:
             mark = "*" if s.id in answer.citations else " "
             print(_safe(f"{mark}[{s.n}] {s.title}  ({s.id})"))
+    _print_unsupported(answer)
     if answer.notice and not answer.refused and answer.notice != note:
         print(_safe(f"\nNote: {answer.notice}"))
     t = answer.timings
@@ -406,6 +415,21 @@ def cmd_ask(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def _print_unsupported(answer: Any) -> None:
+    """The claims the cited abstracts do not back, each with the closest sentence they hold."""
+    bad = answer.unsupported
+    if not bad:
+        return
+    numbers = {s.id: s.n for s in answer.sources}
+    print(f"\nNot supported by the sources it cites ({len(bad)} of {len(answer.claims)} claims):")
+    for c in bad:
+        cites = "".join(f"[{numbers[i]}]" for i in c.citations if i in numbers)
+        print(_safe(f"  ! {_clip(c.text, 160)} {cites or '(cites nothing)'}"))
+        if c.evidence:
+            n = numbers.get(c.evidence["id"], "?")
+            print(_safe(f"      closest in [{n}] (support {c.support:.2f}): {_clip(c.evidence['sentence'], 160)}"))
 
 
 def cmd_papers(args: argparse.Namespace) -> int:

@@ -158,6 +158,13 @@ class Settings(BaseSettings):
         default=0.5, ge=0, le=1, description="Only papers scoring at least this share of the best go in the prompt."
     )
     temperature: float = 0.1
+    claim_floor: float = Field(
+        default=0.6,
+        ge=0,
+        le=1,
+        description="An answer's claim whose best match in the abstracts it cites scores below this is marked unsupported "
+        "(fitted by `rag-papers eval --answers` on the dev questions: rag_papers/claims.py).",
+    )
 
     # --- UI ------------------------------------------------------------------
     host: str = "127.0.0.1"

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import re
 import statistics
 import sys
 import time
@@ -372,11 +374,26 @@ def fit_floor(answerable: list[float], offtopic: list[float], max_false: float =
     }
 
 
-def score_answers(engine: Any, questions: list[Question], llm: str | None, model: str | None) -> dict[str, Any]:
-    """Run ``ask`` per question: citation precision/recall against gold, removed citations, refusals."""
+def spread(questions: list[Question], limit: int | None) -> list[Question]:
+    """At most ``limit`` questions of each split, evenly spaced, so every kind keeps its share (slow LLMs)."""
+    if not limit:
+        return questions
+    out: list[Question] = []
+    for split in dict.fromkeys(q.split for q in questions):
+        part = [q for q in questions if q.split == split]
+        step = max(1.0, len(part) / limit)
+        out += [part[int(i * step)] for i in range(min(limit, len(part)))]
+    return out
+
+
+def score_answers(
+    engine: Any, questions: list[Question], llm: str | None, model: str | None, limit: int | None = None
+) -> dict[str, Any]:
+    """Run ``ask`` per question: citation precision/recall against gold, removed citations, refusals,
+    and the share of the answers' claims their cited abstracts support (``claims.py``)."""
     backend, note = engine.backend(llm, model)
     rows = []
-    for q in questions:
+    for q in spread(questions, limit):
         ans = engine.ask(q.question, backend, note).run()
         cited = set(ans.citations)
         gold = set(q.gold)
@@ -384,12 +401,16 @@ def score_answers(engine: Any, questions: list[Question], llm: str | None, model
             {
                 "id": q.id,
                 "kind": q.kind,
+                "split": q.split,
                 "refused": ans.refused,
                 "citations": ans.citations,
                 "precision": len(cited & gold) / len(cited) if cited else None,
                 "recall": len(cited & gold) / len(gold) if gold else None,
                 "removed": len(ans.removed_citations),
                 "n_citations": len(ans.citations) + len(ans.removed_citations),
+                "claims": len(ans.claims),
+                "claims_supported": sum(c.supported for c in ans.claims),
+                "claims_citing_nothing": sum(not c.citations for c in ans.claims),
             }
         )
     answerable = [r for r in rows if r["kind"] != "offtopic"]
@@ -406,8 +427,127 @@ def score_answers(engine: Any, questions: list[Question], llm: str | None, model
         "correct_refusals": sum(1 for r in off if r["refused"]),
         "offtopic": len(off),
         "wrong_refusals": sum(1 for r in answerable if r["refused"]),
+        "questions_answered": len(rows),
+        "claim_support": _claim_support(rows),
         "per_question": rows,
     }
+
+
+def _claim_support(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per split: the share of the answers' claims that their cited abstracts support, and of answers with none unsupported."""
+    out: dict[str, Any] = {}
+    for split in dict.fromkeys(r["split"] for r in rows):
+        part = [r for r in rows if r["split"] == split and not r["refused"] and r["claims"]]
+        claims = sum(r["claims"] for r in part)
+        out[split] = {
+            "answers": len(part),
+            "claims": claims,
+            "supported_share": round(sum(r["claims_supported"] for r in part) / claims, 4) if claims else None,
+            "citing_nothing_share": round(sum(r["claims_citing_nothing"] for r in part) / claims, 4) if claims else None,
+            "answers_fully_supported": round(
+                sum(r["claims_supported"] == r["claims"] for r in part) / len(part), 4
+            )
+            if part
+            else None,
+        }
+    return out
+
+
+# The fitted claim floor flags at least this share of dev's swapped claims (the flag's recall target is 0.9 on test).
+CLAIM_FLAG_RECALL = 0.95
+
+
+def claim_study(engine: Any, questions: list[Question]) -> dict[str, Any]:
+    """Calibrate and test the unsupported-claim flag without an LLM.
+
+    Supported claims: the sentences of extractive answers (quotes: supported by construction),
+    and each condensed to its longest clause (an answer that shortens a sentence). Unsupported:
+    each claim with its sentence swapped for the closest sentence of another retrieved paper,
+    still citing the first one: on topic, near in meaning, and not what the cited paper says.
+    The floor is fitted on dev (the lowest that flags ``CLAIM_FLAG_RECALL`` of its swapped
+    claims); the flag's precision and recall are reported on test, at that floor and at the
+    ``claim_floor`` setting.
+    """
+    from rag_papers.claims import check_claims, sentences
+    from rag_papers.llm import ExtractiveBackend
+
+    backend = ExtractiveBackend(engine.settings)
+    cache: dict[str, Any] = {}
+    emb = engine.index.embedder
+    rows: list[tuple[str, str, float]] = []  # (split, "quote" | "condensed" | "swapped", support)
+    for q in questions:
+        if not q.gold:
+            continue
+        stream = engine.ask(q.question, backend)
+        ans = stream.run()
+        if ans.refused or not ans.claims:
+            continue
+        papers = stream.result.papers
+        sources = [(h.id, papers[h.id].abstract) for h in ans.sources]
+        for claim in ans.claims:
+            if not claim.citations:
+                continue
+            n = next(i for i, (pid, _) in enumerate(sources, 1) if pid == claim.citations[0])
+            rows.append((q.split, "quote", claim.support))
+            clauses = [c.strip() for c in re.split(r"[,;:]\s+|\s+(?:while|whereas|which)\s+", claim.text)]
+            longest = max(clauses, key=lambda c: len(c.split()))
+            if len(longest.split()) >= 6 and longest != claim.text:
+                got = check_claims(f"{longest} [{n}]", sources, emb, 0.0, cache=cache)
+                rows.append((q.split, "condensed", got[0].support))
+            pool = [t for pid, p in papers.items() if pid != claim.citations[0] for t in sentences(p.abstract)]
+            if not pool:
+                continue
+            swapped = _closest(claim.text, pool, emb, cache)
+            got = check_claims(f"{swapped} [{n}]", sources, emb, 0.0, cache=cache)
+            rows.append((q.split, "swapped", got[0].support))
+    dev_swapped = sorted(x for sp, kind, x in rows if sp == "dev" and kind == "swapped")
+    fitted = None
+    if dev_swapped:
+        # The lowest floor flagging CLAIM_FLAG_RECALL of them: the next support above that share's highest.
+        k = min(len(dev_swapped) - 1, math.ceil(CLAIM_FLAG_RECALL * len(dev_swapped)) - 1)
+        fitted = round(dev_swapped[k] + 1e-4, 4)
+    out: dict[str, Any] = {"fitted_floor": fitted, "floor": engine.settings.claim_floor, "recall_target": CLAIM_FLAG_RECALL}
+    for split in SPLITS:
+        part = [(kind, x) for sp, kind, x in rows if sp == split]
+        if not part:
+            continue
+        view: dict[str, Any] = {kind: sum(1 for k, _ in part if k == kind) for kind in ("quote", "condensed", "swapped")}
+        for label, floor in (("at_floor", engine.settings.claim_floor), ("at_fitted", fitted)):
+            if floor is not None:
+                view[label] = _flag_scores(part, floor)
+        out[split] = view
+    return out
+
+
+def _closest(text: str, pool: list[str], embedder: Any, cache: dict[str, Any]) -> str:
+    from rag_papers.claims import _unit
+
+    todo = [t for t in dict.fromkeys([text, *pool]) if t not in cache]
+    if todo:
+        cache.update(zip(todo, _unit(embedder.embed_documents(todo))))
+    target = cache[text]
+    return max(pool, key=lambda t: float(cache[t] @ target))
+
+
+def _flag_scores(part: list[tuple[str, float]], floor: float) -> dict[str, Any]:
+    """The flag (support < floor) as a detector of swapped claims: precision and recall, and the false flags per kind."""
+    flagged = [(kind, x < floor) for kind, x in part]
+    tp = sum(1 for kind, f in flagged if f and kind == "swapped")
+    fp = sum(1 for kind, f in flagged if f and kind != "swapped")
+    swapped = sum(1 for kind, _ in flagged if kind == "swapped")
+    res: dict[str, Any] = {
+        "floor": floor,
+        "precision": round(tp / (tp + fp), 4) if tp + fp else None,
+        "recall": round(tp / swapped, 4) if swapped else None,
+    }
+    for kind in ("quote", "condensed"):
+        n = sum(1 for k, _ in flagged if k == kind)
+        res[f"{kind}_flagged"] = round(sum(1 for k, f in flagged if k == kind and f) / n, 4) if n else None
+    # Precision on the quotes alone is 1.0 by construction; with the condensed ones it is the harder figure.
+    tp_q = tp
+    fp_q = sum(1 for kind, f in flagged if f and kind == "quote")
+    res["precision_quotes_only"] = round(tp_q / (tp_q + fp_q), 4) if tp_q + fp_q else None
+    return res
 
 
 # ------------------------------------------------------------------- reports
@@ -519,12 +659,40 @@ def markdown(results: list[ConfigResult], meta: dict[str, Any], answers: dict[st
             f"- correct refusals {answers['correct_refusals']}/{answers['offtopic']}, "
             f"wrong refusals {answers['wrong_refusals']}"
         )
+        out.extend(claim_lines(answers))
     out.append(
         "\nConfigs: "
         + "; ".join(f"`{k}` = {v}" for k, v in CONFIG_NOTES.items() if any(r.name == k for r in results))
         + "."
     )
     return "\n".join(out) + "\n"
+
+
+def claim_lines(answers: dict[str, Any]) -> list[str]:
+    """The claim-support figures of ``eval --answers``, as report lines (Markdown and the terminal alike)."""
+    out = []
+    for split, c in answers.get("claim_support", {}).items():
+        if c["claims"]:
+            out.append(
+                f"- claims supported by the abstracts they cite ({split}): {c['supported_share']:.3f} of {c['claims']} "
+                f"claims in {c['answers']} answers; citing nothing {c['citing_nothing_share']:.3f}; answers with every "
+                f"claim supported {c['answers_fully_supported']:.3f}"
+            )
+    flag = answers.get("claim_flag") or {}
+    for split in SPLITS:
+        view = flag.get(split)
+        if not view:
+            continue
+        for label in ("at_floor", "at_fitted"):
+            f = view.get(label)
+            if f and f["precision"] is not None:
+                out.append(
+                    f"- unsupported-claim flag on the swapped set ({split}, floor {f['floor']}"
+                    f"{' = claim_floor' if label == 'at_floor' else ' fitted on dev'}): precision {f['precision']:.3f}, "
+                    f"recall {f['recall']:.3f} ({view['swapped']} swapped, {view['quote']} quoted, {view['condensed']} "
+                    f"condensed claims; condensed flagged {f['condensed_flagged'] or 0:.3f})"
+                )
+    return out
 
 
 def chart(results: list[ConfigResult], path: Path) -> None:
@@ -560,6 +728,7 @@ def run_eval(
     llm: str | None = None,
     model: str | None = None,
     engine: Any = None,
+    answers_limit: int | None = None,
 ) -> dict[str, Any]:
     from rag_papers.chat import Engine
 
@@ -590,7 +759,10 @@ def run_eval(
         finally:
             for index in opened:
                 index.close()
-    ans = score_answers(engine, questions, llm, model) if answers else None
+    ans = None
+    if answers:
+        ans = score_answers(engine, questions, llm, model, answers_limit)
+        ans["claim_flag"] = claim_study(engine, questions)
     try:
         qa_name = str(qa.resolve().relative_to(PROJECT_ROOT))
     except ValueError:
@@ -635,7 +807,9 @@ def run_cli(args: argparse.Namespace, settings: Settings) -> int:
         )
     out = args.out or default_out
     configs = [c.strip() for c in (args.configs or ",".join(DEFAULT_CONFIGS)).split(",") if c.strip()]
-    report = run_eval(settings, qa, out, configs, args.answers, args.llm, args.model)
+    report = run_eval(
+        settings, qa, out, configs, args.answers, args.llm, args.model, answers_limit=args.answers_limit
+    )
     if args.json:
         print(json.dumps({k: v for k, v in report.items() if k != "table"}))
         return 0
@@ -651,6 +825,8 @@ def run_cli(args: argparse.Namespace, settings: Settings) -> int:
                 f"{a['correct_refusals']}/{a['offtopic']}, wrong refusals {a['wrong_refusals']}"
             )
         )
+        for line in claim_lines(a):
+            print(safe_text(line[2:]))
     print(
         safe_text(f"\nwrote {out}/results.json, report.md, chart.png ({report['meta']['seconds']} s)"), file=sys.stderr
     )

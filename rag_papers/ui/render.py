@@ -194,6 +194,9 @@ def render_exchange(index: int, ex: Exchange, show_rewrite: bool) -> str:
             parts.append(_macro("chat.html", "hits", index, ex.items))
     elif ex.text:
         parts.append(answer_html(ex.text, index, ex.items, ex.refused, not ex.done))
+        if ex.done and ex.answer is not None and ex.answer.claims and not ex.refused:
+            numbers = {it.id: it.n for it in ex.items}
+            parts.append(_macro("chat.html", "claims", index, ex.answer.claims, numbers))
     elif not ex.done:
         if ex.mode == "search" or not ex.items:
             what = "Searching the abstracts…"

@@ -1,0 +1,164 @@
+"""Claim-level support: each sentence of an answer, scored against the sentences of the sources it cites.
+
+The answer stage checks that a citation points at a source that was given; this checks
+that the cited source says it. Each claim (a sentence or a list line, with its ``[n]``
+citations) is compared with every sentence of every abstract it cites, by meaning (the
+index's own embedding model, cosine) and by wording (the share of the claim's content
+words, stemmed as the keyword index stems them, found in that sentence and the next).
+The best match is the claim's evidence and its score the claim's support; below
+``Settings.claim_floor``, or citing nothing, the claim is unsupported.
+
+Why our own and not llama-index's ``FaithfulnessEvaluator``: that asks an LLM to judge,
+and the point here is a check that runs without one (on every answer, in the CLI and the
+UI, offline), against the exact sentence a reader can look at. The floor is fitted on the
+dev questions' answers and their sentence-swapped copies (``evaluate.claim_study``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+from rag_papers.keyword import keyword_tokens
+
+_CITE = re.compile(r"\[(\s*\d+\s*(?:[,;]\s*\d+\s*)*)\]")
+# Sentence ends: a stop, then space, then what starts a sentence (a capital, a digit, a bracket, a quote, TeX).
+_SENT_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\"'$\\])")
+_LEAD = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+")  # a list line's bullet or number
+_TITLE_LEAD = re.compile(r"^\*\*[^*]{1,300}\*\*\s*[:\-–—]\s*")  # "**Title**: sentence" (an answer's list line)
+_MEANING_WEIGHT = 0.5  # support = this x cosine + the rest x word overlap
+
+
+class Embedder(Protocol):
+    def embed_documents(self, texts: list[str]) -> list[list[float]]: ...
+
+
+@dataclass
+class Claim:
+    """One sentence of an answer, the sources it cites, and how well the best of them backs it."""
+
+    text: str
+    citations: list[str]  # paper ids, in the order the sentence cites them
+    support: float
+    supported: bool
+    evidence: dict[str, str] | None = None  # {"id": cited paper, "sentence": its best-matching sentence}
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def sentences(text: str) -> list[str]:
+    """An abstract's sentences: the units a claim is matched against and quoted as evidence."""
+    return [s.strip() for s in _SENT_END.split(" ".join(text.split())) if s.strip()]
+
+
+def split_claims(answer: str, skip: Sequence[str] = ()) -> list[tuple[str, list[int]]]:
+    """(claim text without its citations, the source numbers it cites) for each claim of ``answer``.
+
+    A claim is a sentence; a list line is one claim, however many stops it holds. Citations
+    written after the sentence's stop ("... works. [2]") belong to it. Lines that only
+    introduce what follows (end in ":" and cite nothing) and the ``skip`` texts (a caveat the
+    answer stage wrote, not the model) are not claims.
+    """
+    skipped = {" ".join(s.split()) for s in skip if s}
+    out: list[tuple[str, list[int]]] = []
+    for line in answer.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        bullet = bool(_LEAD.match(line))
+        body = _TITLE_LEAD.sub("", _LEAD.sub("", line))
+        parts = [body] if bullet else _SENT_END.split(body)
+        merged: list[str] = []
+        for part in parts:
+            if merged and _CITE.match(part.strip()):  # "... works. [2] Next" split before the [2]
+                cites = _CITE.match(part.strip())
+                assert cites is not None
+                merged[-1] += " " + cites.group(0)
+                part = part.strip()[cites.end() :]
+            if part.strip():
+                merged.append(part.strip())
+        for part in merged:
+            nums: list[int] = []
+            for m in _CITE.finditer(part):
+                for x in re.split(r"[,;]", m.group(1)):
+                    if int(x) not in nums:
+                        nums.append(int(x))
+            text = " ".join(_CITE.sub(" ", part).split())
+            text = re.sub(r"\s+([.,;:!?])", r"\1", text)
+            if not re.search(r"\w", text) or " ".join(text.split()) in skipped:
+                continue
+            if not nums and text.endswith(":"):
+                continue
+            out.append((text, nums))
+    return out
+
+
+def _unit(vectors: list[list[float]]) -> Any:
+    import numpy as np
+
+    v = np.asarray(vectors, dtype=np.float32).reshape(len(vectors), -1)
+    return v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-9)
+
+
+def _overlap(claim: set[str], evidence: set[str]) -> float:
+    return len(claim & evidence) / len(claim) if claim else 0.0
+
+
+def check_claims(
+    answer: str,
+    sources: Sequence[tuple[str, str]],
+    embedder: Embedder,
+    floor: float,
+    skip: Sequence[str] = (),
+    cache: dict[str, Any] | None = None,
+) -> list[Claim]:
+    """Score every claim of ``answer`` against the abstracts of ``sources`` (id, abstract), numbered from 1.
+
+    A citation to a number outside ``sources`` counts as citing nothing (the answer stage
+    already cut those from what the user sees). ``cache`` (sentence -> vector) saves
+    embedding the same abstracts again when many answers are checked (``eval``).
+    """
+    parts = split_claims(answer, skip)
+    if not parts:
+        return []
+    cited = sorted({n for _, nums in parts for n in nums if 1 <= n <= len(sources)})
+    sents: dict[int, list[str]] = {n: sentences(sources[n - 1][1]) for n in cited}
+    flat = [(n, i) for n in cited for i in range(len(sents[n]))]
+    cache = {} if cache is None else cache
+    claim_vecs = _unit(embedder.embed_documents([t for t, _ in parts]))
+    todo = sorted({sents[n][i] for n, i in flat} - cache.keys())
+    if todo:
+        cache.update(zip(todo, _unit(embedder.embed_documents(todo))))
+    sent_vecs = [cache[sents[n][i]] for n, i in flat]
+    row = {key: j for j, key in enumerate(flat)}
+    tokens = {key: set(keyword_tokens(sents[key[0]][key[1]])) for key in flat}
+    claims: list[Claim] = []
+    for c, (text, nums) in enumerate(parts):
+        valid = [n for n in nums if 1 <= n <= len(sources)]
+        words = set(keyword_tokens(text))
+        best, best_key = 0.0, None
+        for n in valid:
+            for i in range(len(sents[n])):
+                cos = float(claim_vecs[c] @ sent_vecs[row[n, i]])
+                # The sentence and the next: a claim often joins a method to its result.
+                nxt = tokens.get((n, i + 1), set())
+                lex = max(_overlap(words, tokens[n, i]), _overlap(words, tokens[n, i] | nxt))
+                score = _MEANING_WEIGHT * cos + (1 - _MEANING_WEIGHT) * lex
+                if score > best:
+                    best, best_key = score, (n, i)
+        evidence = None
+        if best_key is not None:
+            evidence = {"id": sources[best_key[0] - 1][0], "sentence": sents[best_key[0]][best_key[1]]}
+        claims.append(
+            Claim(
+                text=text,
+                citations=[sources[n - 1][0] for n in valid],
+                support=round(best, 4),
+                supported=bool(valid) and best >= floor,
+                evidence=evidence,
+            )
+        )
+    return claims
