@@ -22,6 +22,7 @@ import jinja2
 import markupsafe
 
 from rag_papers import __version__
+from rag_papers.corpus import plain_text
 from rag_papers.retrieve import Hit
 from rag_papers.ui.state import Exchange, UIState
 
@@ -96,7 +97,7 @@ def _env() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
         auto_reload=False,
     )
-    env.filters.update(fixed=_fixed, thousands=_thousands, clip=clip)
+    env.filters.update(fixed=_fixed, thousands=_thousands, clip=clip, plain=plain_text)
     env.globals["version"] = markupsafe.escape(__version__)
     return env
 
@@ -266,7 +267,8 @@ def sources_panel(state: UIState | None) -> str:
     sentences: list[tuple[str, str]] = []
     if opened is not None:
         paper = ex.papers.get(opened.id)
-        sentences = marked_sentences((paper.abstract if paper else "") or opened.passage, opened.passage, quoted)
+        shown = plain_text((paper.abstract if paper else "") or opened.passage)  # LaTeX and Markdown rendered
+        sentences = marked_sentences(shown, plain_text(opened.passage), quoted)
     return _macro("panel.html", "sources", kind, ex.question, ex.items, idx, sel, sentences)
 
 
