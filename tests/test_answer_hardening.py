@@ -129,7 +129,7 @@ def test_the_ui_badges_a_model_refusal_and_names_the_model(engine: Engine) -> No
     """Same badge as a retrieval refusal; the footer names the model (one was called) and the notice shows."""
     from rag_papers.chat import ChatSession
     from rag_papers.ui.chat_app import ChatApp
-    from rag_papers.ui.render import render_exchange
+    from rag_papers.ui.render import render_exchange, sources_panel
     from rag_papers.ui.state import Exchange, UIState
 
     stream = engine.ask(ABBA_Q, FakeBackend(reply="The abstracts do not contain the answer."))
@@ -143,6 +143,8 @@ def test_the_ui_badges_a_model_refusal_and_names_the_model(engine: Engine) -> No
     assert "no LLM called" not in (ex.footer or "") and "fake" in (ex.footer or "")
     assert ex.notice and "model declined" in ex.notice
     assert [it.id for it in ex.items] == [s.id for s in answer.sources]
+    panel = sources_panel(state)
+    assert "Sources</b>" in panel and "below the relevance threshold" not in panel
 
 
 # ------------------------------------------------------------------ runaway repetition

@@ -261,7 +261,9 @@ def sources_panel(state: UIState | None) -> str:
         if ex.refused:
             return _macro("panel.html", "not_covered", ex.answer is not None and ex.answer.filtered_out)
         return empty_panel()
-    kind = "search" if ex.mode == "search" else "refused" if ex.refused else "answer"
+    # A refusal the model wrote lists the sources it read, not the closest papers below the threshold.
+    model_refused = ex.answer is not None and ex.answer.model_refused
+    kind = "search" if ex.mode == "search" else "refused" if ex.refused and not model_refused else "answer"
     quoted = ex.text if ex.mode == "answer" else ""
     opened = next((it for it in ex.items if it.n == sel), None)
     sentences: list[tuple[str, str]] = []
