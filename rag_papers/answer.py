@@ -17,7 +17,7 @@ from typing import Any
 
 from rag_papers.claims import Claim, check_claims
 from rag_papers.config import Settings
-from rag_papers.corpus import Paper
+from rag_papers.corpus import Paper, plain_text
 from rag_papers.llm import Backend, Message, estimate_tokens
 from rag_papers.retrieve import Hit, SearchResult
 
@@ -55,6 +55,11 @@ class Answer:
     @property
     def unsupported(self) -> list[Claim]:
         return [c for c in self.claims if not c.supported]
+
+    @property
+    def model_refused(self) -> bool:
+        """A refusal the model wrote after reading the sources (``declined``), not one made before any LLM was asked."""
+        return self.refused and self.backend != "none"
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -140,6 +145,40 @@ def tidy(text: str) -> str:
 
 
 # ------------------------------------------------------------------- prompting
+# Each source goes into the prompt inside its own fence, made here and not by ``source.txt``, so
+# an edited template cannot lose it; the system prompt says what is inside a fence is data.
+SOURCE_OPEN = '<source n="{n}">'
+SOURCE_CLOSE = "</source>"
+# Corpus text is data, never prompt structure: in a title or an abstract, whatever the prompt itself
+# uses to mark where a source, the question or a chat turn begins is rendered harmless, in this order.
+_AS_DATA: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"<\|[^|<>\n]{0,40}\|>|<\||\|>"), " "),  # chat-template tokens: <|im_start|>, <|eot_id|>
+    (re.compile(r"<\s*/?\s*source\b[^<>]*>?", re.IGNORECASE), " "),  # the fence's own tags
+    # Source numbers, [2] or [1, 3]: in fullwidth brackets they read the same and are no citation.
+    (re.compile(r"\[(\s*\d+\s*(?:[,;\u2013-]\s*\d+\s*)*)\]"), "\uff3b\\1\uff3d"),
+    # The prompt's labels ("Question:", "Answer (with [n] citations):", "Abstracts:") and chat roles.
+    (
+        re.compile(
+            r"\b(question|answer|abstracts?|system|assistant|instructions?)(\s*(?:\([^()\n]{0,60}\))?)\s*:", re.I
+        ),
+        r"\1\2 -",
+    ),
+]
+
+
+def as_data(text: str) -> str:
+    """Corpus text for the prompt: on one line, with nothing that could pose as another source, the question
+    or a chat turn (``_AS_DATA``). For the model only; readers see the text as stored."""
+    for pattern, repl in _AS_DATA:
+        text = pattern.sub(repl, text)
+    return " ".join(text.split())
+
+
+def _source_block(template: str, n: int, paper: Paper, abstract: str) -> str:
+    body = template.format(n=n, title=as_data(paper.title), id=as_data(paper.id), abstract=as_data(abstract))
+    return f"{SOURCE_OPEN.format(n=n)}\n{body.strip()}\n{SOURCE_CLOSE}"
+
+
 def _sources(result: SearchResult, limit: int, min_ratio: float = 0.0) -> list[tuple[Hit, Paper]]:
     """The first ``limit`` (``context_papers``) retrieved papers worth showing the model.
 
@@ -157,7 +196,11 @@ def _sources(result: SearchResult, limit: int, min_ratio: float = 0.0) -> list[t
 def build_messages(
     question: str, result: SearchResult, settings: Settings, context_window: int, max_tokens: int
 ) -> tuple[list[Message], list[tuple[Hit, Paper]]]:
-    """Fit as many top papers as the model's window allows (the last one cut at a sentence)."""
+    """Fit as many top papers as the model's window allows (the last one cut at a sentence).
+
+    Each is fenced (``SOURCE_OPEN`` .. ``SOURCE_CLOSE``) and its text passed through ``as_data``, so an
+    abstract cannot pose as another source or as the question.
+    """
     system = load_prompt(settings, "answer_system")
     user_t = load_prompt(settings, "answer_user")
     source_t = load_prompt(settings, "source")
@@ -165,7 +208,7 @@ def build_messages(
     blocks: list[str] = []
     used: list[tuple[Hit, Paper]] = []
     for hit, paper in _sources(result, settings.context_papers, settings.source_min_ratio):
-        block = source_t.format(n=len(used) + 1, title=paper.title, id=paper.id, abstract=paper.abstract).strip()
+        block = _source_block(source_t, len(used) + 1, paper, paper.abstract)
         cost = estimate_tokens(block)
         if cost > budget:
             sentences = re.split(r"(?<=[.!?])\s+", paper.abstract)
@@ -175,9 +218,7 @@ def build_messages(
                 break
             if not sentences:  # not even one sentence fits: give the model the first one anyway
                 sentences = re.split(r"(?<=[.!?])\s+", paper.abstract)[:1]
-            block = source_t.format(
-                n=len(used) + 1, title=paper.title, id=paper.id, abstract=" ".join(sentences)
-            ).strip()
+            block = _source_block(source_t, len(used) + 1, paper, " ".join(sentences))
             cost = estimate_tokens(block)
         blocks.append(block)
         used.append((hit, paper))
@@ -219,7 +260,89 @@ def extractive(question: str, used: list[tuple[Hit, Paper]], embedder: Any, sett
         idx = [i for i, (k, _) in enumerate(cands) if k == n]
         best = sorted(idx, key=lambda i: -sims[i])[: 2 if n == 1 else 1]
         for i in sorted(best):
-            yield f"- {cands[i][1]} [{n}]\n"
+            yield f"- {plain_text(cands[i][1])} [{n}]\n"  # shown to a reader: LaTeX and Markdown rendered
+
+
+# ------------------------------------------------------------------ what a model's answer says
+# How models say that the abstracts do not answer the question (the system prompt asks them to say
+# so in one sentence). The one list of such sentences, matched case-insensitively; see ``declined``.
+MODEL_REFUSALS = [
+    # "The abstracts do not contain ...", "The provided abstracts don't say ...", "These abstracts did not ..."
+    r"\b(?:the|these|those|provided|given|above)\s+(?:\w+\s+)?abstracts?\s+(?:do|does|did)\s*(?:not|n't)\b",
+    r"\bnone of the\s+(?:\w+\s+)?(?:abstracts|sources|papers)\b",  # "None of the abstracts mention ..."
+    # "I cannot answer this from the abstracts", "I am unable to determine ... from the given sources"
+    r"\b(?:I|we)\s+(?:cannot|can't|can not|could not|couldn't|am unable to|are unable to)\s+"
+    r"(?:answer|find|determine|tell|say)\b.*\b(?:abstracts?|sources?|papers?|information|context)\b",
+    # "... is not mentioned in the provided abstracts", "not discussed in any of the abstracts"
+    r"\bnot\s+(?:mentioned|discussed|described|covered|addressed|stated|provided|specified|found|given|included)\s+"
+    r"in\s+(?:the|these|any of the|any)\s+(?:\w+\s+)?(?:abstracts?|sources?|papers?)\b",
+    r"\b(?:abstracts?|sources?)\s+(?:\w+\s+){0,3}no\s+information\b",  # "the abstracts provide no information"
+    r"\bthere is no (?:information|mention)\b.*\b(?:abstracts?|sources?)\b",  # "There is no information in the abstracts"
+]
+_REFUSAL = re.compile("|".join(f"(?:{p})" for p in MODEL_REFUSALS), re.IGNORECASE)
+DECLINED_NOTE = "the model declined: it says the abstracts do not answer the question"
+
+
+def declined(text: str, cited: bool) -> bool:
+    """Whether a model's answer says the abstracts do not answer the question (``MODEL_REFUSALS``).
+
+    Such a sentence counts when it opens the answer without a citation of its own, or anywhere in
+    an answer that cites nothing; a cited answer that notes one missing detail later is an answer.
+    """
+    sentences = [x for x in re.split(r"(?<=[.!?])\s+", text.strip()) if x]
+    if not sentences:
+        return False
+    if _REFUSAL.search(sentences[0]) and not _CITE.search(sentences[0]):
+        return True
+    return not cited and any(_REFUSAL.search(x) for x in sentences)
+
+
+REPEAT_LIMIT = 3  # the same line or sentence this many times in a row ends the generation
+REPEAT_ANYWHERE_WORDS = 6  # a sentence this long ends it on its REPEAT_LIMIT-th copy anywhere
+_UNIT_END = re.compile(r"\n|(?<=[.!?:])[ \t]")
+
+
+class RepeatGuard:
+    """Spots a runaway generation: a small model (SmolLM2) can print one line until the token cap.
+
+    Fed the answer as it streams; says stop once the same unit (a line, or a sentence or label ending
+    in ``.!?:`` and a space) has come ``REPEAT_LIMIT`` times in a row, or a sentence of at least
+    ``REPEAT_ANYWHERE_WORDS`` words that many times anywhere. Units are compared by their words,
+    without case, spacing, punctuation or citations, so "The answer is:" and "the answer is: " match.
+    """
+
+    def __init__(self) -> None:
+        self.buf = ""
+        self.last = ""
+        self.run = 0
+        self.seen: dict[str, int] = {}
+
+    def feed(self, text: str) -> bool:
+        """Whether the text so far ends a runaway repetition."""
+        self.buf += text
+        while m := _UNIT_END.search(self.buf):
+            unit, self.buf = self.buf[: m.start()], self.buf[m.end() :]
+            words = re.sub(r"\[[^\]]*\]|[^\w]+", " ", unit).lower().split()
+            if not any(c.isalpha() for w in words for c in w):
+                continue  # a blank line or lone punctuation between copies
+            key = " ".join(words)
+            self.run = self.run + 1 if key == self.last else 1
+            self.last = key
+            if len(words) >= REPEAT_ANYWHERE_WORDS:
+                self.seen[key] = self.seen.get(key, 0) + 1
+            if self.run >= REPEAT_LIMIT or self.seen.get(key, 0) >= REPEAT_LIMIT:
+                return True
+        return False
+
+
+REMOVED_SHOWN = 5  # the notice names this many removed citations; ``removed_citations`` has them all
+
+
+def removed_note(removed: list[str]) -> str:
+    """The notice for citations cut from an answer: the first few distinct ones, then how many more."""
+    distinct = list(dict.fromkeys(removed))
+    more = f" and {len(distinct) - REMOVED_SHOWN} more" if len(distinct) > REMOVED_SHOWN else ""
+    return f"removed citations to sources that were not given: {', '.join(distinct[:REMOVED_SHOWN])}{more}"
 
 
 # ---------------------------------------------------------------------- answer
@@ -308,6 +431,8 @@ class AnswerStream:
             )
             chunks = self.backend.stream(messages, s.max_answer_tokens)
         filt = CitationFilter(len(used))
+        guard = RepeatGuard()
+        looped = False
         parts: list[str] = []
         first: float | None = None
         for chunk in chunks:
@@ -321,8 +446,13 @@ class AnswerStream:
                     self._writing = True
                 parts.append(out)
                 yield out
-            if self.cancelled:
+                looped = guard.feed(out)
+            if self.cancelled or looped:
                 break
+        if looped:  # stop the model now: closing its stream ends a llama.cpp generation or an Ollama request
+            close = getattr(chunks, "close", None)
+            if callable(close):
+                close()
         if self.cancelled:
             return  # no Answer: see ``cancel``
         rest = filt.flush()
@@ -333,20 +463,24 @@ class AnswerStream:
         timings["generation_ms"] = round((time.perf_counter() - t0) * 1000, 2)
         sources = [h.numbered(n, n in filt.used) for n, (h, _) in enumerate(used, 1)]
         cited = [sources[i - 1].id for i in filt.used]
-        notice = self.backend_note or None
-        if filt.removed:
-            notice = f"removed citations to sources that were not given: {', '.join(filt.removed)}"
-        elif not cited:
-            notice = "the answer cites no source; treat it with care"
         text = tidy("".join(parts))
-        claims = self._claims(text, used)
+        refused = not self.backend.extractive and declined(text, bool(cited))
+        notes = [DECLINED_NOTE] if refused else []
+        if looped:
+            notes.append(f"cut: the model repeated the same text {REPEAT_LIMIT} times, so its generation was stopped")
+        if filt.removed:
+            notes.append(removed_note(filt.removed))
+        elif not cited and not refused:
+            notes.append("the answer cites no source; treat it with care")
+        notice = "; ".join(notes) or self.backend_note or None
+        claims = [] if refused else self._claims(text, used)
         timings["claims_ms"] = round((time.perf_counter() - t0) * 1000 - timings["generation_ms"], 2)
         self.answer = Answer(
             self.question,
             text,
             cited,
             sources,
-            False,
+            refused,
             self.backend.name,
             self.backend.model,
             timings,

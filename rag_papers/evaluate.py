@@ -469,6 +469,7 @@ def claim_study(engine: Any, questions: list[Question]) -> dict[str, Any]:
     ``claim_floor`` setting.
     """
     from rag_papers.claims import check_claims, sentences
+    from rag_papers.corpus import plain_text
     from rag_papers.llm import ExtractiveBackend
 
     backend = ExtractiveBackend(engine.settings)
@@ -494,7 +495,7 @@ def claim_study(engine: Any, questions: list[Question]) -> dict[str, Any]:
             if len(longest.split()) >= 6 and longest != claim.text:
                 got = check_claims(f"{longest} [{n}]", sources, emb, 0.0, cache=cache)
                 rows.append((q.split, "condensed", got[0].support))
-            pool = [t for pid, p in papers.items() if pid != claim.citations[0] for t in sentences(p.abstract)]
+            pool = [t for pid, p in papers.items() if pid != claim.citations[0] for t in sentences(plain_text(p.abstract))]
             if not pool:
                 continue
             swapped = _closest(claim.text, pool, emb, cache)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rag_papers import RagPapersError
-from rag_papers.config import Settings
+from rag_papers.config import MAX_ANSWER_TOKENS, Settings
 
 log = logging.getLogger(__name__)
 
@@ -205,6 +205,11 @@ def chatml(messages: list[Message]) -> str:
     return "".join(out) + "<|im_start|>assistant\n"
 
 
+MAX_NEW_TOKENS = MAX_ANSWER_TOKENS  # no llama.cpp generation is longer, whatever a caller asks
+# llama.cpp's repetition penalty over the last 64 tokens (llama-cpp-python's default, 1.0, is none):
+# SmolLM2-135M without one was reported printing "The answer is:" dozens of times. The answer stage
+# also cuts a loop that gets through (``answer.RepeatGuard``).
+REPEAT_PENALTY = 1.15
 GGUF_MAGIC = b"GGUF"  # the first four bytes of every GGUF file
 # One llama.cpp generation at a time in this process, whatever the model: a llama.cpp context
 # used by two threads at once crashes the process (segfault in libggml-cpu, seen with two browser
@@ -228,6 +233,7 @@ class LlamaCppBackend:
         self.model = self.path.name if self.path else "(none)"
         self.context_window = 4096
         self.temperature = settings.temperature
+        self.max_answer_tokens = settings.max_answer_tokens
         # What a running stream() is doing, for a UI to say: "waiting" (another generation holds
         # the model), "loading", "reading" (the prompt, before the first token), "writing".
         self.phase = ""
@@ -259,9 +265,15 @@ class LlamaCppBackend:
             return False, f"{self.path} is not a GGUF model file (it does not start with {GGUF_MAGIC.decode()})"
         return True, f"llama.cpp, model {self.model}"
 
+    def token_cap(self, max_tokens: int) -> int:
+        """The tokens a generation may write: what the caller asks, never more than ``max_answer_tokens``
+        nor ``MAX_NEW_TOKENS`` (llama.cpp writes until the cap when a small model loops)."""
+        return max(1, min(max_tokens, self.max_answer_tokens, MAX_NEW_TOKENS))
+
     def _llm(self, max_tokens: int) -> object:
         from llama_index.llms.llama_cpp import LlamaCPP
 
+        max_tokens = self.token_cap(max_tokens)
         key = (str(self.path), max_tokens)
         with _LLAMA_LOAD:
             if key not in self._cache:
@@ -271,7 +283,7 @@ class LlamaCppBackend:
                         temperature=max(self.temperature, 0.01),
                         max_new_tokens=max_tokens,
                         context_window=self.context_window,
-                        generate_kwargs={"stop": ["<|im_end|>"]},
+                        generate_kwargs={"stop": ["<|im_end|>"], "repeat_penalty": REPEAT_PENALTY},
                         model_kwargs={"n_threads": 2},
                         messages_to_prompt=lambda msgs: chatml(
                             [{"role": str(m.role.value), "content": m.content or ""} for m in msgs]

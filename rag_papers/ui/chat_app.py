@@ -350,20 +350,20 @@ class ChatApp:
         ex.answer = answer
         ex.text = answer.answer
         ex.refused = answer.refused
-        # A refusal has no sources: the panel shows the closest papers instead.
-        ex.items = self._numbered(result, 3) if answer.refused else list(answer.sources)
+        # A refusal made before any LLM has no sources: the panel shows the closest papers instead.
+        ex.items = list(answer.sources) if answer.sources else self._numbered(result, 3) if answer.refused else []
         ex.papers = result.papers
         first_cited = next((it.n for it in ex.items if it.cited), 1)
         state.view = (index, first_cited) if ex.items else (index, 0)
         t = answer.timings
-        if answer.refused:
+        if answer.refused and not answer.model_refused:
             ex.footer = f"no LLM called · retrieval {_ms(t.get('retrieval_ms'))}"
         else:
             who = answer.backend + (f" {answer.model}" if answer.model else "")
             ex.footer = f"{who} · retrieval {_ms(t.get('retrieval_ms'))} · generation {_ms(t.get('generation_ms'))}"
             if answer.backend != "extractive" and "first_token_ms" in t:
                 ex.footer += f" (first token {_ms(t['first_token_ms'])})"
-        if not answer.refused and answer.notice:
+        if (not answer.refused or answer.model_refused) and answer.notice:
             ex.notice = answer.notice
 
     @staticmethod

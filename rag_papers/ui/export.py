@@ -10,6 +10,7 @@ import re
 from datetime import datetime
 
 from rag_papers import __version__
+from rag_papers.corpus import plain_text
 from rag_papers.ui.render import clip, md_inert
 from rag_papers.ui.state import UIState
 
@@ -56,7 +57,7 @@ def export_markdown(state: UIState) -> str:
             lines += ["Retrieval only (no answer generated). Matching papers:", ""]
             lines += [
                 f"{it.n}. **{_md_line(it.title)}** ({_md_id(it.id)}, score {it.score:.3f}): "
-                f"{_md_line(clip(it.passage, 300))}"
+                f"{_md_line(clip(plain_text(it.passage), 300))}"
                 for it in ex.items
             ]
             lines.append("")

@@ -22,6 +22,7 @@ import jinja2
 import markupsafe
 
 from rag_papers import __version__
+from rag_papers.corpus import plain_text
 from rag_papers.retrieve import Hit
 from rag_papers.ui.state import Exchange, UIState
 
@@ -96,7 +97,7 @@ def _env() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
         auto_reload=False,
     )
-    env.filters.update(fixed=_fixed, thousands=_thousands, clip=clip)
+    env.filters.update(fixed=_fixed, thousands=_thousands, clip=clip, plain=plain_text)
     env.globals["version"] = markupsafe.escape(__version__)
     return env
 
@@ -263,13 +264,16 @@ def sources_panel(state: UIState | None) -> str:
         if ex.refused:
             return _macro("panel.html", "not_covered", ex.answer is not None and ex.answer.filtered_out)
         return empty_panel()
-    kind = "search" if ex.mode == "search" else "refused" if ex.refused else "answer"
+    # A refusal the model wrote lists the sources it read, not the closest papers below the threshold.
+    model_refused = ex.answer is not None and ex.answer.model_refused
+    kind = "search" if ex.mode == "search" else "refused" if ex.refused and not model_refused else "answer"
     quoted = ex.text if ex.mode == "answer" else ""
     opened = next((it for it in ex.items if it.n == sel), None)
     sentences: list[tuple[str, str]] = []
     if opened is not None:
         paper = ex.papers.get(opened.id)
-        sentences = marked_sentences((paper.abstract if paper else "") or opened.passage, opened.passage, quoted)
+        shown = plain_text((paper.abstract if paper else "") or opened.passage)  # LaTeX and Markdown rendered
+        sentences = marked_sentences(shown, plain_text(opened.passage), quoted)
     return _macro("panel.html", "sources", kind, ex.question, ex.items, idx, sel, sentences)
 
 
