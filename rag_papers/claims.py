@@ -27,6 +27,7 @@ from rag_papers.keyword import keyword_tokens
 _CITE = re.compile(r"\[(\s*\d+\s*(?:[,;]\s*\d+\s*)*)\]")
 # Sentence ends: a stop, then space, then what starts a sentence (a capital, a digit, a bracket, a quote, TeX).
 _SENT_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\"'$\\])")
+_CITES_AFTER_STOP = re.compile(r"([.!?])((?:\s*\[\s*\d+(?:\s*[,;]\s*\d+)*\s*\])+)")
 _LEAD = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+")  # a list line's bullet or number
 _TITLE_LEAD = re.compile(r"^\*\*[^*]{1,300}\*\*\s*[:\-–—]\s*")  # "**Title**: sentence" (an answer's list line)
 _MEANING_WEIGHT = 0.5  # support = this x cosine + the rest x word overlap
@@ -71,17 +72,9 @@ def split_claims(answer: str, skip: Sequence[str] = ()) -> list[tuple[str, list[
             continue
         bullet = bool(_LEAD.match(line))
         body = _TITLE_LEAD.sub("", _LEAD.sub("", line))
-        parts = [body] if bullet else _SENT_END.split(body)
-        merged: list[str] = []
+        body = _CITES_AFTER_STOP.sub(lambda m: m.group(2) + m.group(1), body)  # "works. [2] Next" -> "works [2]. Next"
+        parts = [body.strip()] if bullet else [p.strip() for p in _SENT_END.split(body) if p.strip()]
         for part in parts:
-            if merged and _CITE.match(part.strip()):  # "... works. [2] Next" split before the [2]
-                cites = _CITE.match(part.strip())
-                assert cites is not None
-                merged[-1] += " " + cites.group(0)
-                part = part.strip()[cites.end() :]
-            if part.strip():
-                merged.append(part.strip())
-        for part in merged:
             nums: list[int] = []
             for m in _CITE.finditer(part):
                 for x in re.split(r"[,;]", m.group(1)):

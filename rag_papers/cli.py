@@ -148,9 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", type=Path, help="results folder (default: eval/results of a source checkout, else HOME/eval)"
     )
     p.add_argument("--configs", help="comma-separated configurations (default: naive,dense,bm25,rrf,hybrid)")
-    p.add_argument(
-        "--answers", action="store_true", help="also score answers' citations, refusals and claim support"
-    )
+    p.add_argument("--answers", action="store_true", help="also score answers' citations, refusals and claim support")
     p.add_argument(
         "--answers-limit",
         type=int,

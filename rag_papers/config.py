@@ -162,7 +162,7 @@ class Settings(BaseSettings):
     )
     temperature: float = 0.1
     claim_floor: float = Field(
-        default=0.6,
+        default=0.49,
         ge=0,
         le=1,
         description="An answer's claim whose best match in the abstracts it cites scores below this is marked unsupported "

@@ -443,10 +443,10 @@ def _claim_support(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "answers": len(part),
             "claims": claims,
             "supported_share": round(sum(r["claims_supported"] for r in part) / claims, 4) if claims else None,
-            "citing_nothing_share": round(sum(r["claims_citing_nothing"] for r in part) / claims, 4) if claims else None,
-            "answers_fully_supported": round(
-                sum(r["claims_supported"] == r["claims"] for r in part) / len(part), 4
-            )
+            "citing_nothing_share": round(sum(r["claims_citing_nothing"] for r in part) / claims, 4)
+            if claims
+            else None,
+            "answers_fully_supported": round(sum(r["claims_supported"] == r["claims"] for r in part) / len(part), 4)
             if part
             else None,
         }
@@ -495,7 +495,9 @@ def claim_study(engine: Any, questions: list[Question]) -> dict[str, Any]:
             if len(longest.split()) >= 6 and longest != claim.text:
                 got = check_claims(f"{longest} [{n}]", sources, emb, 0.0, cache=cache)
                 rows.append((q.split, "condensed", got[0].support))
-            pool = [t for pid, p in papers.items() if pid != claim.citations[0] for t in sentences(plain_text(p.abstract))]
+            pool = [
+                t for pid, p in papers.items() if pid != claim.citations[0] for t in sentences(plain_text(p.abstract))
+            ]
             if not pool:
                 continue
             swapped = _closest(claim.text, pool, emb, cache)
@@ -507,12 +509,18 @@ def claim_study(engine: Any, questions: list[Question]) -> dict[str, Any]:
         # The lowest floor flagging CLAIM_FLAG_RECALL of them: the next support above that share's highest.
         k = min(len(dev_swapped) - 1, math.ceil(CLAIM_FLAG_RECALL * len(dev_swapped)) - 1)
         fitted = round(dev_swapped[k] + 1e-4, 4)
-    out: dict[str, Any] = {"fitted_floor": fitted, "floor": engine.settings.claim_floor, "recall_target": CLAIM_FLAG_RECALL}
+    out: dict[str, Any] = {
+        "fitted_floor": fitted,
+        "floor": engine.settings.claim_floor,
+        "recall_target": CLAIM_FLAG_RECALL,
+    }
     for split in SPLITS:
         part = [(kind, x) for sp, kind, x in rows if sp == split]
         if not part:
             continue
-        view: dict[str, Any] = {kind: sum(1 for k, _ in part if k == kind) for kind in ("quote", "condensed", "swapped")}
+        view: dict[str, Any] = {
+            kind: sum(1 for k, _ in part if k == kind) for kind in ("quote", "condensed", "swapped")
+        }
         for label, floor in (("at_floor", engine.settings.claim_floor), ("at_fitted", fitted)):
             if floor is not None:
                 view[label] = _flag_scores(part, floor)
@@ -808,9 +816,7 @@ def run_cli(args: argparse.Namespace, settings: Settings) -> int:
         )
     out = args.out or default_out
     configs = [c.strip() for c in (args.configs or ",".join(DEFAULT_CONFIGS)).split(",") if c.strip()]
-    report = run_eval(
-        settings, qa, out, configs, args.answers, args.llm, args.model, answers_limit=args.answers_limit
-    )
+    report = run_eval(settings, qa, out, configs, args.answers, args.llm, args.model, answers_limit=args.answers_limit)
     if args.json:
         print(json.dumps({k: v for k, v in report.items() if k != "table"}))
         return 0

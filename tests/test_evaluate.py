@@ -195,3 +195,36 @@ def test_the_fitted_floor_applied_as_min_score_refuses_what_eval_said(engine: En
     # The floor is the highest such: nudging it up refuses one more answerable question.
     stricter = Retriever(engine.index, engine.settings.model_copy(update={"min_score": fitted["fitted_floor"] + 1e-4}))
     assert sum(not stricter.search(q["question"]).relevant for q in answerable) > len(answerable) * 0.01
+
+
+def test_eval_answers_reports_claim_support_and_the_flag_on_swapped_claims(seeded: Settings, tmp_path: Path) -> None:
+    """Issue 15: `eval --answers` scores each answer's claims, and the unsupported-claim flag on a set with
+    sentences swapped between papers: its floor fitted on dev, its precision and recall on test."""
+    rows = [json.loads(line) for line in QA.read_text().splitlines() if line.strip()]
+    picked = [r for r in rows if r["split"] == "dev"][:24:2] + [r for r in rows if r["split"] == "test"][:24:2]
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text("".join(json.dumps(r) + "\n" for r in picked))
+    res = run_main(
+        "eval", "--qa", str(qa), "--configs", "hybrid", "--answers", "--llm", "extractive", "--json",
+        "--out", str(tmp_path / "out"), "--answers-limit", "8",
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    a = json.loads(res.stdout)["answers"]
+    per = a["per_question"]
+    assert a["questions_answered"] == len(per) == 16 and {r["split"] for r in per} == {"dev", "test"}
+    for split, c in a["claim_support"].items():
+        answered = [r for r in per if r["split"] == split and not r["refused"] and r["claims"]]
+        assert c["claims"] == sum(r["claims"] for r in answered) > 0
+        assert c["supported_share"] == 1.0  # quotes, each cited to the abstract it comes from
+    flag = a["claim_flag"]
+    assert 0 < flag["fitted_floor"] < 1 and flag["floor"] == Settings().claim_floor
+    dev, test = flag["dev"], flag["test"]
+    assert dev["swapped"] > 0 and test["swapped"] > 0 and dev["quote"] >= dev["swapped"]
+    assert dev["at_fitted"]["recall"] >= flag["recall_target"]  # what the fit promises, on the part it was fitted on
+    for view in (dev, test):
+        for label in ("at_floor", "at_fitted"):
+            f = view[label]
+            assert 0 <= f["recall"] <= 1 and 0 <= f["precision"] <= 1
+            assert f["quote_flagged"] == 0.0  # a verbatim quote is never flagged
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "unsupported-claim flag on the swapped set (test" in md and "claims supported by the abstracts" in md

@@ -452,3 +452,36 @@ def test_a_running_ui_picks_up_papers_another_process_ingests(
         assert "Sundial calibration" in listing.locator("ol.rp-hits li").first.inner_text()
     finally:
         served.app.close()
+
+
+@pytest.mark.browser
+def test_each_claim_shows_its_evidence_and_unsupported_ones_are_flagged(
+    stub_server: Served, stub: OllamaStub, page: Any
+) -> None:
+    """Issue 15: the claims under an answer, each with the sentence that backs it; an unsupported one stands out."""
+    stub.reply = (
+        "ABBA reparameterizes the weight update as a Hadamard product of two independently learnable "
+        "low-rank matrices [1]. The <b>moon</b> landing was filmed with ABBA adapters in 1969 [1]."
+    )
+    open_app(page, stub_server.url)
+    reply = ask(page, "What does ABBA claim?")
+    claims = reply.locator("details.rp-claims")
+    assert claims.count() == 1
+    assert claims.get_attribute("open") is not None  # open: one claim is not supported
+    assert "1 of 2 claims not supported" in claims.locator("summary").inner_text()
+    items = claims.locator("li.rp-claim")
+    assert items.count() == 2
+    ok, bad = items.nth(0), items.nth(1)
+    assert "rp-ok" in (ok.get_attribute("class") or "") and "rp-unsupported" in (bad.get_attribute("class") or "")
+    assert "unsupported" in bad.locator(".rp-badge").inner_text()
+    assert "The <b>moon</b> landing" in bad.locator(".rp-claim-text").inner_text()  # model text stays text
+    assert bad.locator("b").count() == 0
+    # The evidence: the cited abstract's sentence, under the claim and on hover.
+    evidence = ok.locator(".rp-evidence").inner_text()
+    assert "Hadamard product" in evidence and "closest in [1]" in evidence.lower()
+    assert "Hadamard product" in (ok.get_attribute("title") or "")
+    # An answer whose claims all hold keeps them folded.
+    stub.reply = STUB_REPLY
+    fine = ask(page, "What does ABBA claim?")
+    assert fine.locator("details.rp-claims").get_attribute("open") is None
+    assert "All 2 claims supported" in fine.locator("details.rp-claims summary").inner_text()
