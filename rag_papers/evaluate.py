@@ -384,7 +384,10 @@ def score_answers(engine: Any, questions: list[Question], llm: str | None, model
             {
                 "id": q.id,
                 "kind": q.kind,
+                "subkind": q.subkind,
+                "split": q.split,
                 "refused": ans.refused,
+                "caveat": ans.caveat is not None,
                 "citations": ans.citations,
                 "precision": len(cited & gold) / len(cited) if cited else None,
                 "recall": len(cited & gold) / len(gold) if gold else None,
@@ -406,7 +409,25 @@ def score_answers(engine: Any, questions: list[Question], llm: str | None, model
         "correct_refusals": sum(1 for r in off if r["refused"]),
         "offtopic": len(off),
         "wrong_refusals": sum(1 for r in answerable if r["refused"]),
+        **_caveat_rates(rows),
+        "splits": {sp: _caveat_rates(part) for sp in SPLITS if (part := [r for r in rows if r["split"] == sp])}
+        if len({r["split"] for r in rows}) > 1
+        else {},
         "per_question": rows,
+    }
+
+
+def _caveat_rates(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Near-miss questions caveated or refused, and answerable ones caveated (the no-LLM answer's ``caveat``)."""
+    near = [r for r in rows if r["subkind"] == "near-miss"]
+    answerable = [r for r in rows if r["kind"] != "offtopic"]
+    return {
+        "near_miss_caveat_or_refusal": round(sum(r["caveat"] or r["refused"] for r in near) / len(near), 4)
+        if near
+        else 0.0,
+        "answerable_caveat_rate": round(sum(r["caveat"] for r in answerable) / len(answerable), 4)
+        if answerable
+        else 0.0,
     }
 
 
@@ -519,6 +540,11 @@ def markdown(results: list[ConfigResult], meta: dict[str, Any], answers: dict[st
             f"- correct refusals {answers['correct_refusals']}/{answers['offtopic']}, "
             f"wrong refusals {answers['wrong_refusals']}"
         )
+        for part, rates in [("all", answers), *answers.get("splits", {}).items()]:
+            out.append(
+                f"- {part}: near-misses caveated or refused {rates['near_miss_caveat_or_refusal']:.3f}, "
+                f"answerable questions caveated {rates['answerable_caveat_rate']:.3f}"
+            )
     out.append(
         "\nConfigs: "
         + "; ".join(f"`{k}` = {v}" for k, v in CONFIG_NOTES.items() if any(r.name == k for r in results))
