@@ -295,11 +295,16 @@ def question_terms(
     return out
 
 
-def quote_candidates(question: str, used: list[tuple[Hit, Paper]], embedder: Any) -> list[Candidate]:
-    """Every quotable sentence of the sources, with its cosine to the question and its prior."""
+def quote_candidates(
+    question: str, used: list[tuple[Hit, Paper]], embedder: Any, min_score: float = 0.0
+) -> list[Candidate]:
+    """Every quotable sentence of the sources (the first, and those scoring ``min_score`` or more: no other can be
+    quoted, so their sentences are not embedded), with its cosine to the question and its prior."""
     import numpy as np
 
-    cands = [(n, s) for n, (_, p) in enumerate(used, 1) for s in _sentences(p.abstract)]
+    cands = [
+        (n, s) for n, (h, p) in enumerate(used, 1) if n == 1 or h.score >= min_score for s in _sentences(p.abstract)
+    ]
     if not cands and used:
         cands = [(1, used[0][1].abstract)]
     if not cands:
@@ -407,8 +412,12 @@ def extractive(
     rules: QuoteRules | None = None,
 ) -> tuple[QuotePlan, Iterator[str]]:
     """No LLM: quote the sentences of the top papers that match the question, each cited (``plan_quotes``)."""
+    rules = rules or QuoteRules()
     terms = question_terms(question, used, stats, settings.keyword_max_df)
-    plan = plan_quotes(question, used, quote_candidates(question, used, embedder), terms, rules or QuoteRules())
+    top = used[0][0].score if used else 0.0
+    plan = plan_quotes(
+        question, used, quote_candidates(question, used, embedder, rules.paper_ratio * top), terms, rules
+    )
     return plan, extractive_text(plan, used, settings)
 
 
