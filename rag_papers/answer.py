@@ -18,8 +18,9 @@ from typing import Any
 from rag_papers.claims import Claim, check_claims
 from rag_papers.config import Settings
 from rag_papers.corpus import Paper, plain_text
+from rag_papers.keyword import keyword_tokens, lucene_idf, paper_text, useful_terms
 from rag_papers.llm import Backend, Message, estimate_tokens
-from rag_papers.retrieve import Hit, SearchResult
+from rag_papers.retrieve import Hit, SearchResult, keyword_query
 
 
 @lru_cache(maxsize=32)
@@ -60,6 +61,9 @@ class Answer:
     def model_refused(self) -> bool:
         """A refusal the model wrote after reading the sources (``declined``), not one made before any LLM was asked."""
         return self.refused and self.backend != "none"
+
+    # The no-LLM answer's warning, said first: the question's specific words are in none of the quoted abstracts.
+    caveat: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -236,31 +240,233 @@ def _sentences(text: str) -> list[str]:
     return [s for s in parts if len(s.split()) >= 4 and not re.search(r"https?://|github\.com|\bwww\.", s)]
 
 
-def extractive(question: str, used: list[tuple[Hit, Paper]], embedder: Any, settings: Settings) -> Iterator[str]:
-    """No LLM: quote the sentences of the top papers closest to the question, each cited.
+@dataclass(frozen=True)
+class QuoteRules:
+    """What the no-LLM answer may quote. The defaults were fitted on eval/qa.jsonl's dev part
+    (eval/extractive_study.py; docs/design-notes.md)."""
 
-    Papers far below the best one are left out so a quote never cites an unrelated paper.
-    """
+    paper_ratio: float = 0.9  # a quoted paper's retrieval score is at least this share of the best paper's
+    papers: int = 3  # papers quoted at most, except in a "which papers" list (every close one)
+    floor: float = 0.3  # a quoted sentence's cosine to the question reaches this...
+    ratio: float = 0.9  # ...and this share of the best sentence's
+    prior: float = 0.03  # added to a contribution or result sentence's cosine when ranking, taken off background
+    caveat: float = 0.6  # caveat when this share of the question's specific idf mass is in no quoted abstract...
+    caveat_below: float = 0.4  # ...and no quoted sentence's cosine reaches this (a close paraphrase answers it)
+
+
+# Contribution or result ("we propose", "outperforms", "12% faster") versus background ("X has become",
+# "However, existing methods ..."): a prior on which sentence of a paper to quote, never a filter.
+_CONTRIBUTION = re.compile(
+    r"\b(?:we|this (?:paper|work)|our (?:work|method|approach|results?|experiments?))\s+(?:\w+\s+)?"
+    r"(?:propose|introduce|present|show|find|demonstrate|develop|design|establish|prove|achieve)s?\b"
+    r"|\b(?:achiev|outperform|improv|surpass|reduc|accelerat)\w*\b|\d(?:\.\d+)?\s*(?:%|×|x\b)|\bstate-of-the-art\b",
+    re.IGNORECASE,
+)
+_BACKGROUND = re.compile(
+    r"^(?:However|Recently|Recent|Despite|Although|While|Yet)\b"
+    r"|\b(?:has|have) (?:become|emerged|attracted|gained|shown)\b|\bare emerging\b|\bremains? (?:a |an )?\w*\s*(?:challenge|open|unclear)"
+    r"|\bexisting (?:methods|approaches|work|techniques)\b|\bprior work\b",
+    re.IGNORECASE,
+)
+
+
+def sentence_prior(sentence: str) -> int:
+    """+1 for a sentence that states a contribution or a result, -1 for background, else 0."""
+    if _CONTRIBUTION.search(sentence):
+        return 1
+    return -1 if _BACKGROUND.search(sentence) else 0
+
+
+# "Which papers ...", "Is there work on ...", "Are there papers ...": asked for a list of papers.
+_LISTING = re.compile(
+    r"^\W*(?:(?:which|what)\s+(?:papers?|works?|studies|articles)\b"
+    r"|(?:is|are)\s+there\s+(?:any\s+)?(?:\w+\s+)?(?:papers?|works?|research|studies|articles)\b"
+    r"|any\s+(?:papers?|work|research|studies)\s+(?:on|about)\b)",
+    re.IGNORECASE,
+)
+
+
+def asks_for_papers(question: str) -> bool:
+    return bool(_LISTING.match(question))
+
+
+TermStats = Callable[[list[str]], tuple[int, list[tuple[str, int]]]]  # ``Index.stem_stats``
+
+
+@dataclass
+class Candidate:
+    n: int  # the source it is from, numbered as ``used``
+    text: str
+    cos: float  # to the question, by the embedder the index searches with
+    prior: int  # ``sentence_prior``
+
+
+@dataclass
+class QuestionTerms:
+    """The question's specific words (in at most ``keyword_max_df`` of the papers, or in none), as the keyword
+    side weighs them: stem -> (idf, papers containing it, the word as the user wrote it)."""
+
+    specific: dict[str, tuple[float, int, str]] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)  # the question's words, as written, in order
+    stems_of: dict[str, list[str]] = field(default_factory=dict)
+    paper_terms: dict[int, set[str]] = field(default_factory=dict)  # source n -> its stemmed title + abstract
+
+
+@dataclass
+class QuotePlan:
+    lines: list[tuple[int, str]]  # (source n, sentence), in answer order
+    listing: bool
+    caveat: str | None = None
+    refused: bool = False
+
+
+def question_terms(
+    question: str, used: list[tuple[Hit, Paper]], stats: TermStats | None, max_df: float
+) -> QuestionTerms:
+    """The keyword side's view of the question (its tokenizer and document frequencies, ``retrieve._keyword_side``)."""
+    out = QuestionTerms()
+    if stats is None:
+        return out
+    out.order = keyword_query(question).split()
+    out.stems_of = {w: keyword_tokens(w) for w in out.order}
+    stems = list(dict.fromkeys(t for w in out.order for t in out.stems_of[w]))
+    n_docs, dfs = stats(stems)
+    if not n_docs:
+        return out
+    keep = set(useful_terms(dfs, n_docs, max_df)) | {t for t, df in dfs if not df}
+    surface: dict[str, str] = {}
+    for w in out.order:
+        for t in out.stems_of[w]:
+            surface.setdefault(t, w.strip("'-"))
+    out.specific = {t: (lucene_idf(n_docs, df), df, surface[t]) for t, df in dfs if t in keep}
+    out.paper_terms = {n: set(paper_text(p.title, p.abstract).split()) for n, (_, p) in enumerate(used, 1)}
+    return out
+
+
+def quote_candidates(
+    question: str, used: list[tuple[Hit, Paper]], embedder: Any, min_score: float = 0.0
+) -> list[Candidate]:
+    """Every quotable sentence of the sources (the first, and those scoring ``min_score`` or more: no other can be
+    quoted, so their sentences are not embedded), with its cosine to the question and its prior."""
     import numpy as np
 
-    if not used:
-        return
-    top = used[0][0].score
-    keep = [(h, p) for h, p in used[:3] if h.score >= top * 0.8] or used[:1]
-    cands: list[tuple[int, str]] = []
-    for n, (_, paper) in enumerate(keep, 1):
-        cands.extend((n, s) for s in _sentences(paper.abstract))
+    cands = [
+        (n, s) for n, (h, p) in enumerate(used, 1) if n == 1 or h.score >= min_score for s in _sentences(p.abstract)
+    ]
+    if not cands and used:
+        cands = [(1, used[0][1].abstract)]
     if not cands:
-        cands = [(1, keep[0][1].abstract)]
+        return []
     q = np.asarray(embedder.embed_query(question))
-    m = np.asarray(embedder.embed_documents([s for _, s in cands]))
-    sims = m @ q
-    yield load_prompt(settings, "extractive_intro").strip() + "\n"
-    for n in range(1, len(keep) + 1):
-        idx = [i for i, (k, _) in enumerate(cands) if k == n]
-        best = sorted(idx, key=lambda i: -sims[i])[: 2 if n == 1 else 1]
-        for i in sorted(best):
-            yield f"- {plain_text(cands[i][1])} [{n}]\n"  # shown to a reader: LaTeX and Markdown rendered
+    sims = np.asarray(embedder.embed_documents([s for _, s in cands])) @ q
+    return [Candidate(n, s, float(cos), sentence_prior(s)) for (n, s), cos in zip(cands, sims)]
+
+
+def plan_quotes(
+    question: str, used: list[tuple[Hit, Paper]], cands: list[Candidate], terms: QuestionTerms, rules: QuoteRules
+) -> QuotePlan:
+    """Which sentences to quote, and whether to caveat or refuse instead of answering outright.
+
+    A paper is quoted only when its retrieval score is close to the best paper's and its best
+    sentence itself matches the question (a cosine floor, and a share of the best sentence's
+    cosine): a paper retrieved on one shared phrase is otherwise quoted with a sentence about
+    something else. Nothing matching at all is a refusal. Within a paper, the prior breaks near
+    ties towards what the paper does or finds, not the background it starts from.
+    """
+    listing = asks_for_papers(question)
+    if not used or not cands:
+        return QuotePlan([], listing, refused=True)
+
+    top_score = used[0][0].score
+    close = [n for n, (h, _) in enumerate(used, 1) if n == 1 or h.score >= rules.paper_ratio * top_score]
+    best = max(c.cos for c in cands if c.n in close)
+    bar = max(rules.floor, rules.ratio * best)
+    if best < rules.floor:
+        return QuotePlan([], listing, refused=True)
+    lines: list[tuple[int, str]] = []
+    quoted: list[int] = []
+    for n in close:
+        if not listing and len(quoted) == rules.papers:
+            break
+        mine = sorted((c for c in cands if c.n == n and c.cos >= bar), key=lambda c: -(c.cos + rules.prior * c.prior))
+        if not mine:
+            continue
+        take = mine[: 2 if not listing and not quoted else 1]
+        order = {c.text: i for i, c in enumerate(x for x in cands if x.n == n)}
+        lines.extend((n, c.text) for c in sorted(take, key=lambda c: order[c.text]))
+        quoted.append(n)
+    closest = max((c.cos for c in cands if (c.n, c.text) in set(lines)), default=0.0)
+    caveat = _caveat(terms, quoted, rules.caveat) if closest < rules.caveat_below else None
+    return QuotePlan(lines, listing, caveat=caveat)
+
+
+def _caveat(terms: QuestionTerms, quoted: list[int], share: float) -> str | None:
+    """The caveat ("None of the abstracts mention X") when the question's specific words are mostly absent from
+    the quoted papers.
+
+    Weighed by idf, so the rarest words count most: a question about something the quoted abstracts
+    never name is answered with the closest papers, said to be only that.
+    """
+    mass = sum(idf for idf, _, _ in terms.specific.values())
+    if not mass or not quoted:
+        return None
+    seen = set().union(*(terms.paper_terms.get(n, set()) for n in quoted))
+    missing = {t for t in terms.specific if t not in seen}
+    if not missing or sum(terms.specific[t][0] for t in missing) / mass < share:
+        return None
+    phrases: list[list[str]] = []  # adjacent missing words, as the user wrote them, form one phrase
+    prev_missing = False
+    for w in terms.order:
+        stems = terms.stems_of.get(w, [])
+        now = any(t in missing for t in stems)
+        if now:
+            word = w.strip("'-")
+            if prev_missing:
+                phrases[-1].append(word)
+            elif word.lower() not in {" ".join(p).lower() for p in phrases}:
+                phrases.append([word])
+        prev_missing = now
+    names = [" ".join(p) for p in phrases][:4]
+    what = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+    nowhere = all(terms.specific[t][1] == 0 for t in missing)
+    return f"None of the {'' if nowhere else 'quoted '}abstracts mention {what}"
+
+
+def _inline(text: str) -> str:
+    """Corpus text on one answer line: one line, and no brackets that could read as a citation."""
+    return " ".join(text.split()).replace("[", "(").replace("]", ")")
+
+
+def extractive_text(plan: QuotePlan, used: list[tuple[Hit, Paper]], settings: Settings) -> Iterator[str]:
+    """The planned quotes as the answer's text: a list of papers ("- Title — sentence [n]") or quotes."""
+    if plan.refused:
+        yield load_prompt(settings, "refusal").strip()
+        return
+    intro = load_prompt(settings, "extractive_intro").strip()
+    yield (f"{plan.caveat}; the closest papers are (quoted, no LLM):" if plan.caveat else intro) + "\n"
+    for n, sentence in plan.lines:
+        if plan.listing:
+            yield f"- {_inline(used[n - 1][1].title)} — {plain_text(sentence)} [{n}]\n"
+        else:
+            yield f"- {plain_text(sentence)} [{n}]\n"  # shown to a reader: LaTeX and Markdown rendered
+
+
+def extractive(
+    question: str,
+    used: list[tuple[Hit, Paper]],
+    embedder: Any,
+    settings: Settings,
+    stats: TermStats | None = None,
+    rules: QuoteRules | None = None,
+) -> tuple[QuotePlan, Iterator[str]]:
+    """No LLM: quote the sentences of the top papers that match the question, each cited (``plan_quotes``)."""
+    rules = rules or QuoteRules()
+    terms = question_terms(question, used, stats, settings.keyword_max_df)
+    top = used[0][0].score if used else 0.0
+    plan = plan_quotes(
+        question, used, quote_candidates(question, used, embedder, rules.paper_ratio * top), terms, rules
+    )
+    return plan, extractive_text(plan, used, settings)
 
 
 # ------------------------------------------------------------------ what a model's answer says
@@ -357,6 +563,7 @@ class AnswerStream:
         settings: Settings,
         embedder: Any = None,
         backend_note: str = "",
+        stats: TermStats | None = None,
     ) -> None:
         self.question = question
         self.result = result
@@ -364,6 +571,7 @@ class AnswerStream:
         self.settings = settings
         self.embedder = embedder
         self.backend_note = backend_note
+        self.stats = stats  # document frequencies (``Index.stem_stats``): the extractive answer's caveat
         self.answer: Answer | None = None
         self.on_done: Callable[[Answer | None], None] | None = None
         self._writing = False
@@ -422,9 +630,28 @@ class AnswerStream:
                 filtered_out=self.result.filtered_out,
             )
             return
+        plan: QuotePlan | None = None
+        chunks: Iterator[str]
         if self.backend.extractive:  # no LLM: quote the papers the prompt would have held
             used = _sources(self.result, s.context_papers, s.source_min_ratio)
-            chunks: Iterator[str] = extractive(self.question, used, self.embedder, s)
+            plan, chunks = extractive(self.question, used, self.embedder, s, self.stats)
+            if plan.refused:  # no sentence of any source matches the question: nothing to quote
+                text = "".join(chunks)
+                yield text
+                timings["generation_ms"] = round((time.perf_counter() - t0) * 1000, 2)
+                self.answer = Answer(
+                    self.question,
+                    text,
+                    [],
+                    [],
+                    True,
+                    self.backend.name,
+                    None,
+                    timings,
+                    notice="no sentence of the retrieved abstracts matches the question closely enough",
+                    search=self.result.to_dict(),
+                )
+                return
         else:
             messages, used = build_messages(
                 self.question, self.result, s, self.backend.context_window, s.max_answer_tokens
@@ -488,6 +715,7 @@ class AnswerStream:
             notice,
             search=self.result.to_dict(),
             claims=claims,
+            caveat=plan.caveat if plan else None,
         )
 
     def _claims(self, text: str, used: list[tuple[Hit, Paper]]) -> list[Claim]:
@@ -496,7 +724,12 @@ class AnswerStream:
             return []
         intro = load_prompt(self.settings, "extractive_intro").strip() if self.backend.extractive else ""
         return check_claims(
-            text, [(h.id, p.abstract) for h, p in used], self.embedder, self.settings.claim_floor, skip=[intro]
+            text,
+            [(h.id, p.abstract) for h, p in used],
+            self.embedder,
+            self.settings.claim_floor,
+            skip=[intro],
+            titles=[_inline(p.title) for _, p in used],
         )
 
     def run(self) -> Answer:

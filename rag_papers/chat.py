@@ -57,7 +57,9 @@ class Engine:
         has at most min(top_k, context_papers) sources; the answer's ``search`` holds all top_k.
         """
         result = self.search(search_query or question, top_k or self.settings.top_k, filters)
-        return AnswerStream(question, result, backend, self.settings, self.index.embedder, backend_note)
+        return AnswerStream(
+            question, result, backend, self.settings, self.index.embedder, backend_note, self.index.stem_stats
+        )
 
 
 _FOLLOW_UP = re.compile(

@@ -56,14 +56,16 @@ def sentences(text: str) -> list[str]:
     return [s.strip() for s in _SENT_END.split(" ".join(text.split())) if s.strip()]
 
 
-def split_claims(answer: str, skip: Sequence[str] = ()) -> list[tuple[str, list[int]]]:
+def split_claims(answer: str, skip: Sequence[str] = (), titles: Sequence[str] = ()) -> list[tuple[str, list[int]]]:
     """(claim text without its citations, the source numbers it cites) for each claim of ``answer``.
 
     A claim is a sentence; a list line is one claim, however many stops it holds. Citations
     written after the sentence's stop ("... works. [2]") belong to it. Lines that only
     introduce what follows (end in ":" and cite nothing) and the ``skip`` texts (a caveat the
-    answer stage wrote, not the model) are not claims.
+    answer stage wrote, not the model) are not claims. A list line that starts with one of
+    ``titles`` ("- Title — sentence [1]") is claimed without it: the title names the paper.
     """
+    leads = sorted({" ".join(t.split()) for t in titles if t.strip()}, key=len, reverse=True)
     skipped = {" ".join(s.split()) for s in skip if s}
     out: list[tuple[str, list[int]]] = []
     for line in answer.splitlines():
@@ -72,6 +74,11 @@ def split_claims(answer: str, skip: Sequence[str] = ()) -> list[tuple[str, list[
             continue
         bullet = bool(_LEAD.match(line))
         body = _TITLE_LEAD.sub("", _LEAD.sub("", line))
+        if bullet:
+            for lead in leads:
+                if body.startswith(lead) and body[len(lead) :].lstrip()[:1] in ("—", "–", ":", "-"):
+                    body = body[len(lead) :].lstrip()[1:].lstrip()
+                    break
         body = _CITES_AFTER_STOP.sub(lambda m: m.group(2) + m.group(1), body)  # "works. [2] Next" -> "works [2]. Next"
         parts = [body.strip()] if bullet else [p.strip() for p in _SENT_END.split(body) if p.strip()]
         for part in parts:
@@ -108,6 +115,7 @@ def check_claims(
     floor: float,
     skip: Sequence[str] = (),
     cache: dict[str, Any] | None = None,
+    titles: Sequence[str] = (),
 ) -> list[Claim]:
     """Score every claim of ``answer`` against the abstracts of ``sources`` (id, abstract), numbered from 1.
 
@@ -115,7 +123,7 @@ def check_claims(
     already cut those from what the user sees). ``cache`` (sentence -> vector) saves
     embedding the same abstracts again when many answers are checked (``eval``).
     """
-    parts = [(plain_text(t), nums) for t, nums in split_claims(answer, skip)]
+    parts = [(plain_text(t), nums) for t, nums in split_claims(answer, skip, titles)]
     if not parts:
         return []
     cited = sorted({n for _, nums in parts for n in nums if 1 <= n <= len(sources)})

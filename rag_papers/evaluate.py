@@ -401,8 +401,10 @@ def score_answers(
             {
                 "id": q.id,
                 "kind": q.kind,
+                "subkind": q.subkind,
                 "split": q.split,
                 "refused": ans.refused,
+                "caveat": ans.caveat is not None,
                 "citations": ans.citations,
                 "precision": len(cited & gold) / len(cited) if cited else None,
                 "recall": len(cited & gold) / len(gold) if gold else None,
@@ -429,6 +431,10 @@ def score_answers(
         "wrong_refusals": sum(1 for r in answerable if r["refused"]),
         "questions_answered": len(rows),
         "claim_support": _claim_support(rows),
+        **_caveat_rates(rows),
+        "splits": {sp: _caveat_rates(part) for sp in SPLITS if (part := [r for r in rows if r["split"] == sp])}
+        if len({r["split"] for r in rows}) > 1
+        else {},
         "per_question": rows,
     }
 
@@ -559,6 +565,20 @@ def _flag_scores(part: list[tuple[str, float]], floor: float) -> dict[str, Any]:
     return res
 
 
+def _caveat_rates(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Near-miss questions caveated or refused, and answerable ones caveated (the no-LLM answer's ``caveat``)."""
+    near = [r for r in rows if r["subkind"] == "near-miss"]
+    answerable = [r for r in rows if r["kind"] != "offtopic"]
+    return {
+        "near_miss_caveat_or_refusal": round(sum(r["caveat"] or r["refused"] for r in near) / len(near), 4)
+        if near
+        else 0.0,
+        "answerable_caveat_rate": round(sum(r["caveat"] for r in answerable) / len(answerable), 4)
+        if answerable
+        else 0.0,
+    }
+
+
 # ------------------------------------------------------------------- reports
 def _views(r: ConfigResult) -> list[tuple[str, dict[str, Any], dict[str, float]]]:
     """(label, metrics, refusal) per part to report: dev and test when the file has both, else all."""
@@ -669,6 +689,11 @@ def markdown(results: list[ConfigResult], meta: dict[str, Any], answers: dict[st
             f"wrong refusals {answers['wrong_refusals']}"
         )
         out.extend(claim_lines(answers))
+        for part, rates in [("all", answers), *answers.get("splits", {}).items()]:
+            out.append(
+                f"- {part}: near-misses caveated or refused {rates['near_miss_caveat_or_refusal']:.3f}, "
+                f"answerable questions caveated {rates['answerable_caveat_rate']:.3f}"
+            )
     out.append(
         "\nConfigs: "
         + "; ".join(f"`{k}` = {v}" for k, v in CONFIG_NOTES.items() if any(r.name == k for r in results))

@@ -228,3 +228,31 @@ def test_eval_answers_reports_claim_support_and_the_flag_on_swapped_claims(seede
             assert f["quote_flagged"] == 0.0  # a verbatim quote is never flagged
     md = (tmp_path / "out" / "report.md").read_text()
     assert "unsupported-claim flag on the swapped set (test" in md and "claims supported by the abstracts" in md
+
+
+def test_answer_scores_count_caveats_per_split(engine: Engine) -> None:
+    """``eval --answers``: each row says whether the answer carried a caveat; near-misses caveated or refused and
+    answerable questions caveated are summarised, per split when the questions have both."""
+    from rag_papers.evaluate import load_qa, score_answers
+
+    qs = load_qa(QA)
+    picked = [
+        q
+        for split in ("dev", "test")
+        for pred in (lambda q: q.subkind == "near-miss", lambda q: bool(q.gold))
+        for q in [q for q in qs if q.split == split and pred(q)][:3]
+    ]
+    report = score_answers(engine, picked, "extractive", None)
+    rows = report["per_question"]
+    assert [r["id"] for r in rows] == [q.id for q in picked]
+    assert all(isinstance(r["caveat"], bool) and r["split"] in ("dev", "test") for r in rows)
+    for split in ("dev", "test"):
+        part = [r for r in rows if r["split"] == split]
+        near = [r for r in part if r["subkind"] == "near-miss"]
+        answerable = [r for r in part if r["kind"] != "offtopic"]
+        got = report["splits"][split]
+        assert got["near_miss_caveat_or_refusal"] == pytest.approx(
+            sum(r["caveat"] or r["refused"] for r in near) / len(near), abs=1e-4
+        )
+        assert got["answerable_caveat_rate"] == pytest.approx(sum(r["caveat"] for r in answerable) / 3, abs=1e-4)
+    assert 0.0 <= report["near_miss_caveat_or_refusal"] <= 1.0 and 0.0 <= report["answerable_caveat_rate"] <= 1.0

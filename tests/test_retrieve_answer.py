@@ -422,3 +422,113 @@ def test_keyword_share_weighs_specific_words_and_counts_unknown_ones_against_eve
     assert more.keyword_score == pytest.approx(
         base.keyword_score * specific / (specific + lucene_idf(n_docs, 0)), abs=2e-4
     )
+
+
+# ------------------------------------------------------------------ honest extractive answers
+DLLM_Q = "is there work on making diffusion language models faster?"
+DRAFT_Q = "which papers use speculative decoding with a draft model to speed up LLM inference?"
+
+
+def seed_id(phrase: str) -> str:
+    """The id of the one seeds abstract holding ``phrase``."""
+    (found,) = [a for a in seed_abstracts() if phrase in a]
+    return content_hash(found)
+
+
+def quote_lines(answer: Any) -> list[tuple[str, int]]:
+    """(text before the citation, source n) of each "- ... [n]" line."""
+    out = []
+    for line in answer.answer.splitlines():
+        m = re.fullmatch(r"- (.+) \[(\d+)\]", line)
+        if m:
+            out.append((m.group(1), int(m.group(2))))
+    return out
+
+
+def test_extractive_cites_no_paper_whose_best_sentence_does_not_match(engine: Engine) -> None:
+    """The hybrid fine-tuning paper is retrieved close to ES-dLLM for a question about faster diffusion language
+    models, but none of its sentences is about that: it stays a source, uncited, and is not quoted."""
+    es_dllm, hybrid = seed_id("we propose ES-dLLM"), seed_id("hybrid fine-tuning")
+    answer = engine.ask(DLLM_Q, ExtractiveBackend()).run()
+    assert answer.refused is False
+    assert hybrid in [s.id for s in answer.sources]  # retrieved and given: the retrieval is unchanged
+    assert answer.citations[0] == es_dllm and hybrid not in answer.citations
+    assert "viable solution for large-scale language model fine-tuning" not in answer.answer
+    papers = engine.index.get([s.id for s in answer.sources])
+    for text, n in quote_lines(answer):
+        assert text.split(" — ", 1)[-1] in papers[answer.sources[n - 1].id].abstract
+
+
+def test_sentence_prior_prefers_contributions_and_results_over_background() -> None:
+    from rag_papers.answer import sentence_prior
+
+    assert sentence_prior("Leveraging this insight, we propose ES-dLLM, a training-free framework.") == 1
+    assert sentence_prior("We introduce ABBA, a new PEFT architecture.") == 1
+    assert sentence_prior("Our method outperforms strong baselines by 12% on GSM8K.") == 1
+    assert sentence_prior("ES-dLLM achieves a 5.6× speedup over vanilla implementations.") == 1
+    assert sentence_prior("Diffusion models have become the standard for image generation.") == -1
+    assert sentence_prior("However, existing methods ignore the structure of the update.") == -1
+    assert sentence_prior("The update is a product of two matrices.") == 0
+
+
+def test_a_which_papers_question_lists_each_relevant_paper_with_its_title_and_one_sentence(engine: Engine) -> None:
+    answer = engine.ask(DLLM_Q, ExtractiveBackend()).run()
+    lines = quote_lines(answer)
+    assert lines and len(lines) == len(answer.citations)  # one line per cited paper
+    papers = engine.index.get(answer.citations)
+    for text, n in lines:
+        source = answer.sources[n - 1]
+        title, _, sentence = text.partition(" — ")
+        assert title == source.title and sentence in papers[source.id].abstract
+    # Other questions keep the quotes: the top paper's best sentences, no titles.
+    abba = engine.ask(ABBA_Q, ExtractiveBackend()).run()
+    assert all(" — " not in text for text, _ in quote_lines(abba))
+
+
+def test_the_prior_quotes_what_a_paper_proposes_and_unrelated_papers_are_not_cited(engine: Engine) -> None:
+    """No seeds abstract covers speculative decoding. Before, three papers were quoted; ES-dLLM (LLM inference
+    acceleration) is the one whose sentences come close, and of its two closest sentences, nearly tied, the one
+    that says what it proposes is quoted rather than the background it starts from."""
+    es_dllm = seed_id("we propose ES-dLLM")
+    answer = engine.ask(DRAFT_Q, ExtractiveBackend()).run()
+    assert answer.citations == [es_dllm]
+    ((text, n),) = quote_lines(answer)
+    assert answer.sources[n - 1].id == es_dllm
+    assert "we propose ES-dLLM" in text and "are emerging as a promising alternative" not in text
+
+
+WEATHER_Q = "Which papers do global weather forecasting with neural operators?"
+
+
+def test_a_question_whose_specific_words_no_quoted_abstract_has_gets_a_caveat_first(engine: Engine) -> None:
+    """No seeds abstract is about weather forecasting: the closest papers are quoted, said to be only that, and the
+    missing words are named as the user wrote them (not as stems)."""
+    answer = engine.ask(WEATHER_Q, ExtractiveBackend()).run()
+    assert answer.refused is False and answer.citations
+    assert answer.caveat is not None and answer.caveat.startswith("None of the")
+    assert "weather forecasting" in answer.caveat and "forecast " not in answer.caveat + " "
+    assert answer.answer.startswith(answer.caveat)
+    assert answer.to_dict()["caveat"] == answer.caveat
+    assert engine.ask(ABBA_Q, ExtractiveBackend()).run().caveat is None
+    assert engine.ask(DLLM_Q, ExtractiveBackend()).run().caveat is None
+
+
+def test_extractive_refuses_when_no_sentence_matches(engine: Engine) -> None:
+    """Retrieval finds papers close enough to answer from, but no sentence of them is near the question: nothing is
+    quoted, as for a retrieval refusal (retrieval's own call is unchanged)."""
+    question = "medical image segmentation with U-Net architectures"
+    assert engine.search(question).relevant is True
+    answer = engine.ask(question, ExtractiveBackend()).run()
+    assert answer.refused is True and answer.citations == [] and answer.sources == []
+    assert answer.backend == "extractive" and quote_lines(answer) == []
+    assert answer.answer == (engine.settings.prompts_dir / "refusal.txt").read_text(encoding="utf-8").strip()
+
+
+def test_cli_ask_shows_the_caveat(seeded: Settings) -> None:
+    res = run_main("ask", "--json", "--llm", "extractive", WEATHER_Q)
+    assert res.returncode == 0, res.stderr
+    obj = json.loads(res.stdout)
+    assert obj["caveat"] and obj["caveat"].startswith("None of the") and obj["answer"].startswith(obj["caveat"])
+    plain = run_main("ask", "--llm", "extractive", WEATHER_Q)
+    assert plain.returncode == 0 and plain.stdout.startswith(obj["caveat"])
+    assert json.loads(run_main("ask", "--json", "--llm", "extractive", ABBA_Q).stdout)["caveat"] is None

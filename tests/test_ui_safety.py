@@ -232,6 +232,33 @@ def test_rendered_chat_and_panel_show_corpus_markup_as_text(tmp_path: Path) -> N
             assert f"Venue {' '.join(opened.split())}" in m.plain
 
 
+def test_an_extractive_caveat_is_a_note_above_the_answer_and_text() -> None:
+    """``Answer.caveat`` (the question's specific words are in no quoted abstract) shows above the quotes, as
+    text: the words it names are the user's, so they may carry markup too."""
+    from rag_papers.answer import Answer
+    from rag_papers.ui import Exchange, UIState, chat_messages
+
+    forms = hostile_forms("http://evil.example:81")
+    hit, paper = _item(1, forms[0])
+    caveat = f"None of the abstracts mention {forms[1]}"
+    text = f"{caveat}; the closest papers are (quoted, no LLM):\n- {forms[2]} [1]"
+    answer = Answer("q", text, [hit.id], [hit], False, "extractive", None, caveat=caveat)
+    state = UIState(session=None)  # type: ignore[arg-type]  # rendering never touches the session
+    state.exchanges = [
+        Exchange(
+            question="q", mode="answer", text=text, items=[hit], papers={paper.id: paper}, answer=answer, done=True
+        )
+    ]
+    html = chat_messages(state)[1]["content"]
+    for fragment in (html, markdown_html(html)):
+        m = assert_only_our_markup(fragment, "caveat")
+        assert ("div", {"class": "rp-caveat"}) in m.tags
+    assert html.index("rp-caveat") < html.index("rp-answer")  # above the answer
+    plain = Markup(html).plain
+    assert " ".join(caveat.split()) in plain and plain.count("None of the abstracts mention") == 1
+    assert " ".join(forms[2].split()) in plain
+
+
 def test_status_pill_shows_markup_as_text() -> None:
     from rag_papers.ui import status_html
 

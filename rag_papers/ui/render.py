@@ -194,7 +194,13 @@ def render_exchange(index: int, ex: Exchange, show_rewrite: bool) -> str:
             parts.append(_macro("chat.html", "hits_head", len(ex.items), ex.relevant))
             parts.append(_macro("chat.html", "hits", index, ex.items))
     elif ex.text:
-        parts.append(answer_html(ex.text, index, ex.items, ex.refused, not ex.done))
+        text = ex.text
+        caveat = ex.answer.caveat if ex.answer is not None else None
+        if caveat:  # the no-LLM answer's first line says it; the note above shows that line instead
+            first, _, rest = text.partition("\n")
+            parts.append(_macro("chat.html", "caveat", first if first.startswith(caveat) else caveat))
+            text = rest if first.startswith(caveat) else text
+        parts.append(answer_html(text, index, ex.items, ex.refused, not ex.done))
         if ex.done and ex.answer is not None and ex.answer.claims and not ex.refused:
             numbers = {it.id: it.n for it in ex.items}
             parts.append(_macro("chat.html", "claims", index, ex.answer.claims, numbers))
