@@ -119,6 +119,7 @@ _LATEX_WRAP = re.compile(
     r"\\(?:text(?:bf|it|rm|sf|tt|sc|up|normal)?|emph|math(?:bf|rm|it|sf|tt|cal|bb|frak|scr)|boldsymbol|bm"
     r"|underline|operatorname|mbox|hbox|hat|bar|tilde|vec|dot|overline|widehat|widetilde)\s*\{([^{}]*)\}"
 )
+_LATEX_HREF = re.compile(r"\\href\s*\{[^{}]*\}\s*\{([^{}]*)\}")  # \href{url}{text} -> text (never a link)
 _LATEX_FRAC = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
 _LATEX_CMD = re.compile(r"\\([A-Za-z]+)")
 _LATEX_OTHER = re.compile(r"\\[A-Za-z]+\s*(?:\{([^{}]*)\})?")  # an unknown command (and its argument)
@@ -137,6 +138,7 @@ _MD_MARKS = [
 
 def _latex(text: str) -> str:
     """Known symbols to Unicode (first, so \\mathbf{\\Sigma}V cannot run into \\SigmaV), then wrappers unwrapped."""
+    text = _LATEX_HREF.sub(r"\1", text)
     text = _LATEX_CMD.sub(lambda m: _LATEX_SYMBOLS.get(m.group(1), m.group(0)), text)
     for _ in range(4):  # nested: \textbf{\emph{x}}
         new = _LATEX_FRAC.sub(r"\1/\2", _LATEX_WRAP.sub(lambda m: m.group(1).strip(), text))

@@ -114,3 +114,7 @@ def test_seed_titles_keep_math_tokens_and_nothing_dangles() -> None:
     assert "SWAX: softmax attention, sliding windows" in titles
     assert "ABBA: pre-trained weights, Hadamard product" in titles
     assert not any(re.search(r"-\s|\s-|\$|\\", t) for t in titles), titles
+
+
+def test_an_href_shows_its_text_not_its_target() -> None:
+    assert plain_text(r"see $$\href{http://example.org/x}{the chart}$$ here") == "see the chart here"

@@ -454,7 +454,8 @@ def test_hostile_corpus_stays_text_in_the_browser(
     reply = ask(page, "How does Quibbly sorting arrange socks?")
     assert "![chart](//127.0.0.1:" in reply.inner_text() or "[login here](//127.0.0.1:" in reply.inner_text()
     panel = _open_every_source(page)
-    assert "[Quibbly](http://127.0.0.1:" in panel and "$$\\href{" in panel
+    # Markdown in the title stays text; the abstract's TeX is shown as what it reads (issue 15), its \\href no link.
+    assert "[Quibbly](http://127.0.0.1:" in panel and "Quibbly sorting x was tested on one million socks" in panel
 
     reply = ask(page, "What does Frobnitz caching speed up?")
     assert f"{listener.url}/bare" in reply.inner_text()
