@@ -77,6 +77,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     class ModuleGroups(LoadGroupScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
+            if Path(path).name == "test_llamacpp_serving.py" or "llamacpp" in nodeid.split("::")[-1]:
+                # Every test that generates with llama.cpp, in turn: two generations at once on two workers
+                # (each llama.cpp spins its threads) slowed each about tenfold on a 2-core machine.
+                return "llamacpp"
             return path if Path(path).name in ONE_WORKER else nodeid
 
     return ModuleGroups(config, log)
