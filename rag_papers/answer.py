@@ -15,7 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from rag_papers.claims import Claim, check_claims
+from rag_papers.claims import CITE, Claim, check_claims
 from rag_papers.config import Settings
 from rag_papers.corpus import Paper, plain_text
 from rag_papers.keyword import keyword_tokens, lucene_idf, paper_text, useful_terms
@@ -52,6 +52,8 @@ class Answer:
     search: dict[str, Any] | None = None
     filtered_out: bool = False  # refused because the filters excluded every paper (``notice`` says how)
     claims: list[Claim] = field(default_factory=list)  # each sentence, scored against what it cites (claims.py)
+    # The no-LLM answer's warning, said first: the question's specific words are in none of the quoted abstracts.
+    caveat: str | None = None
 
     @property
     def unsupported(self) -> list[Claim]:
@@ -62,9 +64,6 @@ class Answer:
         """A refusal the model wrote after reading the sources (``declined``), not one made before any LLM was asked."""
         return self.refused and self.backend != "none"
 
-    # The no-LLM answer's warning, said first: the question's specific words are in none of the quoted abstracts.
-    caveat: str | None = None
-
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("search")
@@ -73,7 +72,6 @@ class Answer:
 
 
 # ------------------------------------------------------------------ citations
-_CITE = re.compile(r"\[(\s*\d+\s*(?:[,;]\s*\d+\s*)*)\]")
 
 
 class CitationFilter:
@@ -92,7 +90,7 @@ class CitationFilter:
         self.removed: list[str] = []
 
     def _check(self, token: str) -> str:
-        m = _CITE.fullmatch(token)
+        m = CITE.fullmatch(token)
         if not m:
             return token
         nums = [int(x) for x in re.split(r"[,;]", m.group(1))]
@@ -498,7 +496,7 @@ def declined(text: str, cited: bool) -> bool:
     sentences = [x for x in re.split(r"(?<=[.!?])\s+", text.strip()) if x]
     if not sentences:
         return False
-    if _REFUSAL.search(sentences[0]) and not _CITE.search(sentences[0]):
+    if _REFUSAL.search(sentences[0]) and not CITE.search(sentences[0]):
         return True
     return not cited and any(_REFUSAL.search(x) for x in sentences)
 

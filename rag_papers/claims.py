@@ -24,7 +24,8 @@ from typing import Any, Protocol
 from rag_papers.corpus import plain_text
 from rag_papers.keyword import keyword_tokens
 
-_CITE = re.compile(r"\[(\s*\d+\s*(?:[,;]\s*\d+\s*)*)\]")
+# A citation, "[2]" or "[1, 3]": the one pattern, also the answer stage's streaming citation filter's.
+CITE = re.compile(r"\[(\s*\d+\s*(?:[,;]\s*\d+\s*)*)\]")
 # Sentence ends: a stop, then space, then what starts a sentence (a capital, a digit, a bracket, a quote, TeX).
 _SENT_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\"'$\\])")
 _CITES_AFTER_STOP = re.compile(r"([.!?])((?:\s*\[\s*\d+(?:\s*[,;]\s*\d+)*\s*\])+)")
@@ -83,11 +84,11 @@ def split_claims(answer: str, skip: Sequence[str] = (), titles: Sequence[str] = 
         parts = [body.strip()] if bullet else [p.strip() for p in _SENT_END.split(body) if p.strip()]
         for part in parts:
             nums: list[int] = []
-            for m in _CITE.finditer(part):
+            for m in CITE.finditer(part):
                 for x in re.split(r"[,;]", m.group(1)):
                     if int(x) not in nums:
                         nums.append(int(x))
-            text = " ".join(_CITE.sub(" ", part).split())
+            text = " ".join(CITE.sub(" ", part).split())
             text = re.sub(r"\s+([.,;:!?])", r"\1", text)
             if not re.search(r"\w", text) or " ".join(text.split()) in skipped:
                 continue
@@ -102,6 +103,13 @@ def _unit(vectors: list[list[float]]) -> Any:
 
     v = np.asarray(vectors, dtype=np.float32).reshape(len(vectors), -1)
     return v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-9)
+
+
+def embed_cached(texts: Sequence[str], embedder: Embedder, cache: dict[str, Any]) -> None:
+    """Put the unit vectors of ``texts`` not yet in ``cache`` there, in one batch."""
+    todo = [t for t in dict.fromkeys(texts) if t not in cache]
+    if todo:
+        cache.update(zip(todo, _unit(embedder.embed_documents(todo))))
 
 
 def _overlap(claim: set[str], evidence: set[str]) -> float:
@@ -132,9 +140,7 @@ def check_claims(
     flat = [(n, i) for n in cited for i in range(len(sents[n]))]
     cache = {} if cache is None else cache
     claim_vecs = _unit(embedder.embed_documents([t for t, _ in parts]))
-    todo = sorted({sents[n][i] for n, i in flat} - cache.keys())
-    if todo:
-        cache.update(zip(todo, _unit(embedder.embed_documents(todo))))
+    embed_cached([sents[n][i] for n, i in flat], embedder, cache)
     sent_vecs = [cache[sents[n][i]] for n, i in flat]
     row = {key: j for j, key in enumerate(flat)}
     tokens = {key: set(keyword_tokens(sents[key[0]][key[1]])) for key in flat}

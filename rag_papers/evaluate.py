@@ -535,11 +535,9 @@ def claim_study(engine: Any, questions: list[Question]) -> dict[str, Any]:
 
 
 def _closest(text: str, pool: list[str], embedder: Any, cache: dict[str, Any]) -> str:
-    from rag_papers.claims import _unit
+    from rag_papers.claims import embed_cached
 
-    todo = [t for t in dict.fromkeys([text, *pool]) if t not in cache]
-    if todo:
-        cache.update(zip(todo, _unit(embedder.embed_documents(todo))))
+    embed_cached([text, *pool], embedder, cache)
     target = cache[text]
     return max(pool, key=lambda t: float(cache[t] @ target))
 
@@ -559,9 +557,8 @@ def _flag_scores(part: list[tuple[str, float]], floor: float) -> dict[str, Any]:
         n = sum(1 for k, _ in flagged if k == kind)
         res[f"{kind}_flagged"] = round(sum(1 for k, f in flagged if k == kind and f) / n, 4) if n else None
     # Precision on the quotes alone is 1.0 by construction; with the condensed ones it is the harder figure.
-    tp_q = tp
     fp_q = sum(1 for kind, f in flagged if f and kind == "quote")
-    res["precision_quotes_only"] = round(tp_q / (tp_q + fp_q), 4) if tp_q + fp_q else None
+    res["precision_quotes_only"] = round(tp / (tp + fp_q), 4) if tp + fp_q else None
     return res
 
 
