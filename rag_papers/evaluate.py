@@ -836,6 +836,8 @@ def run_cli(args: argparse.Namespace, settings: Settings) -> int:
             "no Q&A file: eval/qa.jsonl comes with the source checkout, not the installed package; "
             "pass --qa FILE (JSONL lines with id, question, gold, kind)"
         )
+    if args.answers_limit is not None and args.answers_limit < 1:
+        raise RagPapersError(f"--answers-limit must be at least 1 (got {args.answers_limit})")
     out = args.out or default_out
     configs = [c.strip() for c in (args.configs or ",".join(DEFAULT_CONFIGS)).split(",") if c.strip()]
     report = run_eval(settings, qa, out, configs, args.answers, args.llm, args.model, answers_limit=args.answers_limit)

@@ -256,3 +256,10 @@ def test_answer_scores_count_caveats_per_split(engine: Engine) -> None:
         )
         assert got["answerable_caveat_rate"] == pytest.approx(sum(r["caveat"] for r in answerable) / 3, abs=1e-4)
     assert 0.0 <= report["near_miss_caveat_or_refusal"] <= 1.0 and 0.0 <= report["answerable_caveat_rate"] <= 1.0
+
+
+def test_answers_limit_below_one_is_a_one_line_error(seeded: Settings, tmp_path: Path) -> None:
+    res = run_main("eval", "--answers", "--answers-limit", "0", "--out", str(tmp_path / "out"))
+    assert res.returncode != 0
+    assert res.stderr.strip().splitlines()[-1].endswith("--answers-limit must be at least 1 (got 0)")
+    assert not (tmp_path / "out").exists()
