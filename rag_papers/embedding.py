@@ -33,10 +33,10 @@ import importlib
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -447,32 +447,44 @@ def scratch_dir(parent: Path, prefix: str) -> Iterator[Path]:
     """A scratch folder for a one-time job (export, unpack) that leaves nothing behind.
 
     Removed on the way out, including on SIGTERM (turned into SystemExit while the job
-    runs, so cleanup code runs). A SIGKILL lets nothing run, so the job holds an exclusive
-    ``flock`` on a file inside its folder, and the next job removes folders whose lock it
-    can take: their owner is gone. A lock, not a pid, so that a model cache shared between
-    containers or machines never loses a live job's folder.
+    runs, so cleanup code runs). The handler is in place before the folder exists, and it
+    removes the folder itself: Python swallows what a handler raises inside a ``__del__``, so
+    the job could otherwise go on; the way out raises the exit again. A SIGKILL lets nothing
+    run, so the job holds an exclusive ``flock`` on a file inside its folder, and the next job
+    removes folders whose lock it can take: their owner is gone. A lock, not a pid, so that a
+    model cache shared between containers or machines never loses a live job's folder.
     """
     import fcntl
 
     parent.mkdir(parents=True, exist_ok=True)
     _sweep_scratch(parent, prefix)
-    path = Path(tempfile.mkdtemp(dir=parent, prefix=f"{prefix}{os.getpid()}-"))
-    owner = (path / ".owner").open("w")
-    fcntl.flock(owner, fcntl.LOCK_EX)
+    # Named before it is made, so that whatever interrupts its making knows what to remove.
+    path = parent / f"{prefix}{os.getpid()}-{secrets.token_hex(4)}"
+    terminated: list[int] = []
     previous: Any = None
     if threading.current_thread() is threading.main_thread():
 
         def on_term(signum: int, frame: Any) -> None:
+            if not terminated:
+                terminated.append(signum)
+                shutil.rmtree(path, ignore_errors=True)
             raise SystemExit(128 + signum)
 
         previous = signal.signal(signal.SIGTERM, on_term)
+    owner = None
     try:
+        path.mkdir(mode=0o700)
+        owner = (path / ".owner").open("w")
+        fcntl.flock(owner, fcntl.LOCK_EX)
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
-        owner.close()
+        if owner is not None:
+            owner.close()
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+        if terminated:  # also when the handler's exit was swallowed and the job failed or finished after it
+            raise SystemExit(128 + terminated[0])
 
 
 def _sweep_scratch(parent: Path, prefix: str) -> None:

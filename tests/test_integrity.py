@@ -313,6 +313,56 @@ def test_a_killed_onnx_export_leaves_no_half_written_folders(seeded: Settings, t
     assert list(cache.rglob("*.onnx"))
 
 
+# Where, within a one-time job, a SIGTERM can land. The job's body runs in a second interpreter, so the
+# signal's default action (the process dies) cannot take pytest with it.
+SCRATCH_JOB = """
+import os, signal, sys, time
+from pathlib import Path
+from rag_papers.embedding import scratch_dir
+
+where, parent = sys.argv[1], Path(sys.argv[2])
+if where == "creation":  # the moment the folder exists, before the job has begun
+    mkdir = os.mkdir
+    def made(path, *a, **k):
+        mkdir(path, *a, **k)
+        if Path(path).name.startswith(".export-"):
+            os.kill(os.getpid(), signal.SIGTERM)
+    os.mkdir = made
+
+class Noisy:
+    def __del__(self):  # Python runs a signal handler here too, and ignores what it raises
+        os.kill(os.getpid(), signal.SIGTERM)
+
+with scratch_dir(parent, ".export-") as work:
+    (work / "half.onnx").write_bytes(b"x" * 1000)
+    if where == "del":
+        Noisy()
+    for _ in range(50):  # the job goes on: a SIGTERM that was swallowed would let it finish
+        time.sleep(0.01)
+    (work / "graph.onnx").write_bytes(b"done")
+    os.replace(work / "graph.onnx", parent / "graph.onnx")
+print("finished")
+"""
+
+
+@pytest.mark.parametrize("where", ["creation", "del"])
+def test_a_sigterm_anywhere_in_a_one_time_job_ends_it_and_removes_its_folder(where: str, tmp_path: Path) -> None:
+    """Reported (CI): after a SIGTERM during the ONNX export, a `.export-*` folder was left behind.
+    Two ways it happened: the signal came between the folder's creation and the handler's install
+    (the default action killed the process there), or the handler's SystemExit was raised inside a
+    ``__del__``, where Python prints it and carries on."""
+    import sys
+
+    parent = tmp_path / "cache"
+    res = subprocess.run(
+        [sys.executable, "-c", SCRATCH_JOB, where, str(parent)], capture_output=True, text=True, timeout=60
+    )
+    assert res.returncode == 128 + signal.SIGTERM, (res.returncode, res.stdout, res.stderr)
+    assert "finished" not in res.stdout
+    assert not list(parent.glob(".export-*")), list(parent.iterdir())
+    assert not (parent / "graph.onnx").exists()
+
+
 # ------------------------------------------------------------------ another process's writes
 def test_a_running_reader_sees_papers_another_process_ingests(
     seeded: Settings, embedder: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
