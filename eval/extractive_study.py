@@ -45,7 +45,10 @@ CAVEAT_GRID = {
     "caveat_below": [0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 9.0],
 }
 MAX_REFUSED = 0.01  # of dev's answerable questions, as the retrieval floor allows (eval/README.md)
-MAX_CAVEAT = 0.10  # of dev's answerable questions
+# Of dev's answerable questions. A caveat is a true statement (the question's specific words are in none of the
+# quoted abstracts) above answers that still quote: a budget of one in five, not one in ten, so that a
+# question about something no abstract covers is said to be that (docs/design-notes.md has the curve).
+MAX_CAVEAT = 0.20
 
 
 def collect(engine: Engine, questions: list[Question]) -> list[Q]:

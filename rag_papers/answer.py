@@ -249,7 +249,7 @@ class QuoteRules:
     ratio: float = 0.9  # ...and this share of the best sentence's
     prior: float = 0.03  # added to a contribution or result sentence's cosine when ranking, taken off background
     caveat: float = 0.6  # caveat when this share of the question's specific idf mass is in no quoted abstract...
-    caveat_below: float = 0.4  # ...and no quoted sentence's cosine reaches this (a close paraphrase answers it)
+    caveat_below: float = 0.45  # ...and no quoted sentence's cosine reaches this (a close paraphrase answers it)
 
 
 # Contribution or result ("we propose", "outperforms", "12% faster") versus background ("X has become",

@@ -513,6 +513,19 @@ def test_a_question_whose_specific_words_no_quoted_abstract_has_gets_a_caveat_fi
     assert engine.ask(DLLM_Q, ExtractiveBackend()).run().caveat is None
 
 
+def test_the_reported_speculative_decoding_question_is_answered_with_a_caveat_naming_what_is_missing(
+    engine: Engine,
+) -> None:
+    """Reported (issue 15): asked about speculative decoding with a draft model, which no abstract covers, the
+    answer quoted the closest paper with no caveat. The closest paper is still quoted, said to be only that."""
+    answer = engine.ask(DRAFT_Q, ExtractiveBackend()).run()
+    assert answer.refused is False and answer.citations == [seed_id("we propose ES-dLLM")]
+    assert answer.caveat is not None and answer.answer.startswith(answer.caveat)
+    assert "speculative decoding" in answer.caveat and "draft" in answer.caveat
+    # What the abstracts do say is not caveated: ES-dLLM is about faster diffusion language models.
+    assert engine.ask(DLLM_Q, ExtractiveBackend()).run().caveat is None
+
+
 def test_extractive_refuses_when_no_sentence_matches(engine: Engine) -> None:
     """Retrieval finds papers close enough to answer from, but no sentence of them is near the question: nothing is
     quoted, as for a retrieval refusal (retrieval's own call is unchanged)."""
