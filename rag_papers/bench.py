@@ -1087,7 +1087,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--sizes", default="1000,10000", help="comma-separated corpus sizes (default 1000,10000; '' for none)"
     )
     p.add_argument(
-        "--big", type=int, help="one more, larger size (e.g. 100000); baseline skipped unless --baseline-big"
+        "--big",
+        type=int,
+        help="one more, larger size (e.g. 100000); baseline skipped unless --baseline-big (default: none)",
     )
     p.add_argument("--baseline-big", action="store_true", help="also run the baseline at --big")
     p.add_argument(
@@ -1105,16 +1107,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--embed", action="store_true", help=f"embedding backends micro-benchmark ({'/'.join(EMBED_BACKENDS)})"
     )
-    p.add_argument("--embed-backends", default=",".join(EMBED_BACKENDS))
-    p.add_argument("--embed-threads", default="1,2")
-    p.add_argument("--rounds", type=int, default=2, help="rounds of the embedding micro-benchmark (best kept)")
-    p.add_argument("--queries", type=int, default=60, help="topic queries per size (plus 10 title queries)")
     p.add_argument(
-        "--cold-runs", type=int, default=3, help="one-shot search processes timed per size, 1-3 (the median is kept)"
+        "--embed-backends",
+        default=",".join(EMBED_BACKENDS),
+        help="embedding runtimes the micro-benchmark compares (default: %(default)s)",
     )
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument(
-        "--embed-backend", choices=EMBED_BACKENDS, help="our pipeline's embedding backend (default: settings)"
+        "--embed-threads", default="1,2", help="thread counts the micro-benchmark tries (default: %(default)s)"
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="rounds of the embedding micro-benchmark, best kept (default: %(default)s)",
+    )
+    p.add_argument(
+        "--queries", type=int, default=60, help="topic queries per size, plus 10 title queries (default: %(default)s)"
+    )
+    p.add_argument(
+        "--cold-runs",
+        type=int,
+        default=3,
+        help="one-shot search processes timed per size, 1-3, the median kept (default: %(default)s)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="random seed of the synthetic corpora (default: %(default)s)")
+    p.add_argument(
+        "--embed-backend",
+        choices=EMBED_BACKENDS,
+        help="our pipeline's embedding backend (the embed_backend setting; default: onnx)",
     )
     p.add_argument("--workdir", type=Path, help="where corpora and indexes go (default: a temporary folder)")
     p.add_argument("--keep", action="store_true", help="keep the indexes built")

@@ -26,7 +26,12 @@ os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")  # read when onnxruntime loads (see embedding.py)
 
 DEBUG_HELP = "on an unexpected error, print the traceback (also: RAG_PAPERS_DEBUG=1)"
-LLM_HELP = "auto (default), ollama, llamacpp or extractive (or a registered plugin)"
+LLM_HELP = (
+    "answer backend: ollama, llamacpp, extractive (quotes, no LLM) or a registered plugin; auto uses Ollama when "
+    "it serves the model, else extractive (default: auto)"
+)
+JSON_HELP = "print one JSON object instead of text (default: text)"
+PROGRESS_HELP = "no progress bar (default: a bar on a terminal)"
 
 
 def _safe(text: object) -> str:
@@ -47,7 +52,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     g.add_argument("--home", type=Path, help="data directory (default: $RAG_PAPERS_HOME or ~/.local/share/rag-papers)")
     g.add_argument("--chroma-url", help="use a Chroma server, e.g. http://127.0.0.1:8000 (default: embedded store)")
     g.add_argument("--config", type=Path, help="settings file (default: ./rag-papers.toml)")
-    g.add_argument("--preset", help=f"named settings preset: {', '.join(PRESETS)}")
+    g.add_argument("--preset", help=f"named settings preset (default: none): {', '.join(PRESETS)}")
     g.add_argument(
         "--embed-model",
         help="embedding model: a folder, a package, or a Hugging Face hub name org/name (downloaded once; "
@@ -58,7 +63,9 @@ def _common(p: argparse.ArgumentParser) -> None:
         help="a second embedding model whose vectors are stored beside the first's and fused with them at query "
         "time (default: none; the quality preset: all-mpnet-base-v2)",
     )
-    g.add_argument("--embed-backend", choices=EMBED_BACKENDS, help="embedding runtime (see embed_backend)")
+    g.add_argument(
+        "--embed-backend", choices=EMBED_BACKENDS, help="embedding runtime (see embed_backend; default: onnx)"
+    )
 
 
 def _rerank(p: argparse.ArgumentParser) -> None:
@@ -80,10 +87,10 @@ def _rerank(p: argparse.ArgumentParser) -> None:
 
 def _filters(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("filters")
-    g.add_argument("--year-min", type=int)
-    g.add_argument("--year-max", type=int)
-    g.add_argument("--venue")
-    g.add_argument("--keyword", help="only papers whose title or abstract contains these words")
+    g.add_argument("--year-min", type=int, help="only papers from this year on (default: no limit)")
+    g.add_argument("--year-max", type=int, help="only papers up to this year (default: no limit)")
+    g.add_argument("--venue", help="only papers from this venue (default: any)")
+    g.add_argument("--keyword", help="only papers whose title or abstract contains these words (default: none)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -98,24 +105,28 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ingest", help="index abstracts (default: the shipped ICLR 2026 seeds)")
     p.add_argument("paths", nargs="*", type=Path, help=".txt (seeds format), .jsonl or .csv files, or folders")
     p.add_argument("--rebuild", action="store_true", help="drop the index first (needed after changing embed_model)")
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help=PROGRESS_HELP)
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
     _common(p)
 
     p = sub.add_parser(
         "repair",
         help="rebuild derived data from the registry alone: vectors the store lacks or cannot read, the keyword index",
     )
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help=PROGRESS_HELP)
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
     _common(p)
 
     p = sub.add_parser("search", help="rank papers for one or more queries (no LLM)")
     p.add_argument("queries", nargs="*")
-    p.add_argument("--queries-file", type=Path, help="one query per line")
-    p.add_argument("--top-k", type=int, help="papers to return (default: the top_k setting)")
-    p.add_argument("--retrieval", choices=RETRIEVAL_MODES)
-    p.add_argument("--json", action="store_true", help="one JSON object per query")
+    p.add_argument("--queries-file", type=Path, help="a file of queries, one per line (default: the arguments)")
+    p.add_argument("--top-k", type=int, help="papers to return (the top_k setting; default: 5)")
+    p.add_argument(
+        "--retrieval",
+        choices=RETRIEVAL_MODES,
+        help=f"ranking: {', '.join(RETRIEVAL_MODES)} (the retrieval setting; default: hybrid)",
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object per query (default: text)")
     _filters(p)
     _common(p)
     _rerank(p)
@@ -123,13 +134,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ask", help="answer a question with citations")
     p.add_argument("question", nargs="+")
     p.add_argument("--llm", help=LLM_HELP)
-    p.add_argument("--model", help="model name (ollama) or GGUF path (llamacpp)")
+    p.add_argument(
+        "--model",
+        help="model name (ollama) or GGUF path (llamacpp) (default: the ollama_model setting, llama3.2:3b, or the "
+        "packaged SmolLM2 for llamacpp)",
+    )
     p.add_argument(
         "--top-k",
         type=int,
-        help="papers to retrieve (default: the top_k setting); the answer reads and cites at most context_papers of them",
+        help="papers to retrieve (the top_k setting; default: 5); the answer reads and cites at most context_papers of them",
     )
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
     _filters(p)
     _common(p)
     _rerank(p)
@@ -155,29 +170,35 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="answer at most N questions of each split, evenly spread (for slow LLMs; default: all)",
     )
-    p.add_argument("--llm", help="backend for --answers (default: auto)")
-    p.add_argument("--model")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--llm", help=f"backend for --answers: {LLM_HELP}")
+    p.add_argument("--model", help="model for --answers (default: the backend's default)")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
     _common(p)
     _rerank(p)
 
     p = sub.add_parser("chat", help="open the Gradio chat UI (ingests the seeds if the index is empty)")
-    p.add_argument("--host", help="interface to bind (default: 127.0.0.1); any other address needs a login")
-    p.add_argument("--port", type=int)
-    p.add_argument("--auth", help="require a login, user:password (visible in ps: prefer --auth-file)")
-    p.add_argument("--auth-file", type=Path, help="require a login, read from a file holding user:password")
+    p.add_argument("--host", help="interface to bind; any other address needs a login (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port to serve on (default: 7860)")
+    p.add_argument("--auth", help="require a login, user:password (visible in ps: prefer --auth-file; default: none)")
+    p.add_argument(
+        "--auth-file", type=Path, help="require a login, read from a file holding user:password (default: none)"
+    )
     p.add_argument(
         "--insecure-no-auth",
         action="store_true",
         help="serve a non-loopback --host without a login (anyone can use it)",
     )
     p.add_argument("--llm", help=LLM_HELP)
-    p.add_argument("--model", help="default model: a name (ollama) or GGUF path (llamacpp)")
+    p.add_argument(
+        "--model",
+        help="default model: a name (ollama) or GGUF path (llamacpp) (default: the backend's default, for ollama "
+        "the ollama_model setting)",
+    )
     _common(p)
     _rerank(p)
 
     p = sub.add_parser("info", help="show settings, index size and LLM backend status")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
     _common(p)
 
     # --- scale testing (rag_papers.synth, rag_papers.bench)
@@ -377,6 +398,22 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
+def _first_time(settings: Settings, notice: str) -> bool:
+    """Whether ``notice`` is new for this data directory (and records it). A notice about the setup, such as no
+    Ollama server, holds until the setup changes: said once, not above every answer (the footer names the
+    backend each time). A data directory that cannot be written to shows it every time."""
+    seen = settings.home / "notices-shown.txt"
+    try:
+        if notice in (seen.read_text(encoding="utf-8").splitlines() if seen.is_file() else []):
+            return False
+        seen.parent.mkdir(parents=True, exist_ok=True)
+        with seen.open("a", encoding="utf-8") as fh:
+            fh.write(notice.replace("\n", " ") + "\n")
+    except OSError:
+        pass
+    return True
+
+
 def cmd_ask(args: argparse.Namespace) -> int:
     question = " ".join(args.question).strip()
     if not question:
@@ -390,7 +427,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
         answer = stream.run()
         print(json.dumps(answer.to_dict()))
         return 0
-    if backend.extractive and (args.llm in (None, "auto")) and settings.llm == "auto":
+    if backend.extractive and (args.llm in (None, "auto")) and settings.llm == "auto" and _first_time(settings, note):
         print(_safe(f"({note})"), file=sys.stderr)
     for chunk in stream:
         sys.stdout.write(_safe(chunk))  # a split escape sequence loses its ESC here: harmless text is left

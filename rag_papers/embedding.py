@@ -513,7 +513,10 @@ def _export_raw(info: ModelInfo, dest: Path) -> None:
     """The transformer (without pooling) as ONNX: inputs ids/mask/types, output last_hidden_state."""
     import torch
     from transformers import AutoModel
+    from transformers.utils import logging as hf_logging
 
+    # Its "Loading weights" bar is not this job's progress: export_onnx says what is happening.
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     model = AutoModel.from_pretrained(str(info.path), attn_implementation="eager").eval()
 
     import inspect
@@ -645,6 +648,8 @@ def export_onnx(model: str | Path, variant: OnnxVariant, cache_dir: Path) -> Pat
         return final
     onnxruntime = _onnxruntime()
     info = read_model_info(path)
+    # Once per model and user cache, and long enough to look stuck without a word: said on stderr, in one line.
+    print(f"exporting the embedding model {path.name} to ONNX once (about a minute)...", file=sys.stderr, flush=True)
     with scratch_dir(final.parent, ".export-") as work:
         # Everything half-made lives in ``work`` until the two renames at the end.
         raw = work / "raw.onnx"

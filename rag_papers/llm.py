@@ -132,7 +132,10 @@ class OllamaBackend:
         client = ollama.Client(host=self.host, timeout=3.0)
         try:
             models = client.list().models
-        except (httpx.HTTPError, ConnectionError, ollama.ResponseError) as exc:
+        except (httpx.ConnectError, ConnectionError):  # nothing listens: the client's own advice adds only length
+            self._status = (False, f"no Ollama server at {self.host}: start it with `ollama serve`")
+            return self._status
+        except (httpx.HTTPError, ollama.ResponseError) as exc:
             self._status = (False, f"no Ollama server at {self.host} ({_short(exc)}): start it with `ollama serve`")
             return self._status
         names = {m.model for m in models if m.model}

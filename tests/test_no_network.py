@@ -201,6 +201,9 @@ def test_ingest_with_a_fresh_model_cache_stays_offline(strace: str, tmp_path: Pa
     )
     assert "3 papers indexed" in res.stdout
     assert list(cache.glob("*.onnx")), "the fresh cache was not used: no ONNX export happened"
+    # Issue 16: the one-time export says what it is doing, in one line, instead of transformers' loading bar.
+    assert res.stderr.count("exporting the embedding model") == 1, res.stderr
+    assert "Loading weights" not in res.stderr, res.stderr
     assert_offline(log, "rag-papers ingest (fresh model cache)")
 
 

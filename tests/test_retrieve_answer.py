@@ -340,6 +340,25 @@ def test_cli_ask_json_falls_back_to_extractive(seeded: Settings) -> None:
     assert obj["notice"] and "ollama serve" in obj["notice"]
 
 
+def test_cli_ask_says_once_in_one_short_line_that_no_ollama_server_answers(seeded: Settings) -> None:
+    """Reported (issue 16): a 200-character notice, most of it the Ollama client's own advice, printed above every
+    answer. Now one short line, the first time for this data directory and server; the footer still names the
+    backend, and ``--json`` keeps the notice on every answer."""
+    env = {"OLLAMA_HOST": "http://127.0.0.1:9"}
+    first = run_main("ask", ABBA_Q, env=env)
+    assert first.returncode == 0, first.stderr
+    notes = [line for line in first.stderr.splitlines() if "Ollama" in line]
+    assert len(notes) == 1 and len(notes[0]) <= 100 and "ollama serve" in notes[0], first.stderr
+    assert "ollama.com" not in first.stderr and "Please check" not in first.stderr
+    second = run_main("ask", ABBA_Q, env=env)
+    assert second.returncode == 0 and "Ollama" not in second.stderr, second.stderr
+    assert "[extractive;" in second.stderr  # what answered is still said
+    other = run_main("ask", ABBA_Q, env={"OLLAMA_HOST": "http://127.0.0.1:7"})  # another server: said again
+    assert "127.0.0.1:7" in other.stderr
+    obj = json.loads(run_main("ask", "--json", ABBA_Q, env=env).stdout)
+    assert "ollama serve" in obj["notice"] and len(obj["notice"]) <= 100
+
+
 def test_cli_ask_top_k_limits_the_sources(seeded: Settings) -> None:
     """``ask --top-k 2``: two papers retrieved, so at most two sources (context_papers is 5)."""
     every_source = {"RAG_PAPERS_SOURCE_MIN_RATIO": "0"}  # without --top-k, all five would be sources
