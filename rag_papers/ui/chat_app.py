@@ -509,122 +509,133 @@ class ChatApp:
                 status = gr.HTML(
                     status_html("checking the LLM…", "warn"), elem_id="rp-status-wrap", padding=False, scale=2
                 )
-            with gr.Row(equal_height=False):
-                with gr.Column(scale=7, min_width=420):
-                    examples: list[Any] = [{"text": q} for q in _example_questions(self.engine)]
-                    chatbot = gr.Chatbot(
-                        label="Conversation",
-                        show_label=False,
-                        height=600,
-                        elem_id="rp-chat",
-                        placeholder="**Ask about the indexed papers.**<br>Answers stream in with citations like [1]; "
-                        "click one to read the paper's abstract.",
-                        examples=examples or None,
-                        buttons=["copy"],
-                        feedback_options=None,
-                        layout="bubble",
-                    )
-                    with gr.Row(elem_id="rp-ask-row"):
-                        msg = gr.Textbox(
-                            show_label=False,
-                            placeholder="Ask a question, e.g. “What does ABBA claim?” — or a follow-up",
-                            scale=8,
-                            lines=1,
-                            max_lines=4,
-                            autofocus=True,
-                            elem_id="rp-input",
-                            container=False,
-                        )
-                        send = gr.Button("Ask", variant="primary", scale=1, elem_id="rp-send", min_width=90)
-                        stop = gr.Button(
-                            "Stop", variant="stop", scale=1, visible=False, elem_id="rp-stop", min_width=80
-                        )
-                    with gr.Row(elem_id="rp-controls"):
-                        retrieval_only = gr.Checkbox(
-                            label="Retrieval only (list papers, no answer)",
-                            value=False,
-                            elem_id="rp-retrieval-only",
-                            container=False,
-                            scale=3,
-                        )
-                        show_rewrite = gr.Checkbox(
-                            label="Show rewritten question",
-                            value=False,
-                            elem_id="rp-show-rewrite",
-                            container=False,
-                            scale=3,
-                        )
-                        new = gr.Button("New chat", size="md", elem_id="rp-new", min_width=100, scale=1)
-                        export = gr.DownloadButton(
-                            "Export .md",
-                            value=None,
-                            size="md",
-                            interactive=False,
-                            elem_id="rp-export",
-                            min_width=110,
-                            scale=1,
-                        )
-                with gr.Column(scale=5, min_width=340, elem_id="rp-sources-col"):
-                    with gr.Group(elem_id="rp-sources-card"):
-                        picker = gr.Radio(
-                            choices=[],
-                            label="Show source",
-                            visible=False,
-                            elem_id="rp-source-pick",
-                            container=True,
-                        )
-                        panel = gr.HTML(
-                            empty_panel(),
-                            elem_id="rp-panel",
-                            js_on_load=static_text("app.js"),
-                            max_height=560,
-                            padding=False,
-                        )
-                    with gr.Accordion("Answering and retrieval settings", open=False, elem_id="rp-settings"):
-                        with gr.Row():
-                            first = self.llm if self.llm in backend_names() else "auto"
-                            backend = gr.Dropdown(
-                                backend_names(),
-                                value=first,
-                                label="LLM backend",
-                                scale=2,
-                                elem_id="rp-backend",
+            # One tab per way in: the conversation, and (added beside it) the corpus to browse.
+            with gr.Tabs(elem_id="rp-tabs"):  # noqa: SIM117 - more tabs join "Chat" here
+                with gr.Tab("Chat", id="chat", elem_id="rp-tab-chat"):
+                    with gr.Row(equal_height=False):
+                        with gr.Column(scale=7, min_width=420):
+                            examples: list[Any] = [{"text": q} for q in _example_questions(self.engine)]
+                            chatbot = gr.Chatbot(
+                                label="Conversation",
+                                show_label=False,
+                                height=600,
+                                elem_id="rp-chat",
+                                placeholder="**Ask about the indexed papers.**<br>Answers stream in with citations like [1]; "
+                                "click one to read the paper's abstract.",
+                                examples=examples or None,
+                                buttons=["copy"],
+                                feedback_options=None,
+                                layout="bubble",
                             )
-                            # A choice among the names the server allows (its default first), never a path;
-                            # the page load adds the models the Ollama server lists.
-                            initial = self.model_choices(first, listed=False)
-                            model = gr.Dropdown(
-                                initial,
-                                value=initial[0] if initial else None,
-                                label="Model",
-                                scale=3,
-                                elem_id="rp-model",
-                                allow_custom_value=False,
-                                interactive=bool(initial),
-                            )
-                        refresh = gr.Button("↻ Check LLM", size="sm")
-                        top_k = gr.Slider(
-                            1,
-                            20,
-                            value=s.top_k,
-                            step=1,
-                            label="Papers retrieved (top k)",
-                            info=f"Search results; an answer reads at most {s.context_papers} of them (context_papers).",
-                            elem_id="rp-topk",
-                        )
-                        year_choices: list[Any] = [ANY, *self.years]
-                        with gr.Row(visible=bool(self.years)):
-                            year_from = gr.Dropdown(year_choices, value=ANY, label="From year", elem_id="rp-year-from")
-                            year_to = gr.Dropdown(year_choices, value=ANY, label="To year", elem_id="rp-year-to")
-                        venue = gr.Dropdown(
-                            [ANY, *self.venues], value=ANY, label="Venue", visible=bool(self.venues), elem_id="rp-venue"
-                        )
-                        keyword = gr.Textbox(
-                            label="Keyword filter",
-                            placeholder="only papers containing these words",
-                            elem_id="rp-keyword",
-                        )
-                        index_line = gr.Markdown(self.index_line(self.n_papers), elem_id="rp-index-line")
+                            with gr.Row(elem_id="rp-ask-row"):
+                                msg = gr.Textbox(
+                                    show_label=False,
+                                    placeholder="Ask a question, e.g. “What does ABBA claim?” — or a follow-up",
+                                    scale=8,
+                                    lines=1,
+                                    max_lines=4,
+                                    autofocus=True,
+                                    elem_id="rp-input",
+                                    container=False,
+                                )
+                                send = gr.Button("Ask", variant="primary", scale=1, elem_id="rp-send", min_width=90)
+                                stop = gr.Button(
+                                    "Stop", variant="stop", scale=1, visible=False, elem_id="rp-stop", min_width=80
+                                )
+                            with gr.Row(elem_id="rp-controls"):
+                                retrieval_only = gr.Checkbox(
+                                    label="Retrieval only (list papers, no answer)",
+                                    value=False,
+                                    elem_id="rp-retrieval-only",
+                                    container=False,
+                                    scale=3,
+                                )
+                                show_rewrite = gr.Checkbox(
+                                    label="Show rewritten question",
+                                    value=False,
+                                    elem_id="rp-show-rewrite",
+                                    container=False,
+                                    scale=3,
+                                )
+                                new = gr.Button("New chat", size="md", elem_id="rp-new", min_width=100, scale=1)
+                                export = gr.DownloadButton(
+                                    "Export .md",
+                                    value=None,
+                                    size="md",
+                                    interactive=False,
+                                    elem_id="rp-export",
+                                    min_width=110,
+                                    scale=1,
+                                )
+                        with gr.Column(scale=5, min_width=340, elem_id="rp-sources-col"):
+                            with gr.Group(elem_id="rp-sources-card"):
+                                picker = gr.Radio(
+                                    choices=[],
+                                    label="Show source",
+                                    visible=False,
+                                    elem_id="rp-source-pick",
+                                    container=True,
+                                )
+                                panel = gr.HTML(
+                                    empty_panel(),
+                                    elem_id="rp-panel",
+                                    js_on_load=static_text("app.js"),
+                                    max_height=560,
+                                    padding=False,
+                                )
+                            with gr.Accordion("Answering and retrieval settings", open=False, elem_id="rp-settings"):
+                                with gr.Row():
+                                    first = self.llm if self.llm in backend_names() else "auto"
+                                    backend = gr.Dropdown(
+                                        backend_names(),
+                                        value=first,
+                                        label="LLM backend",
+                                        scale=2,
+                                        elem_id="rp-backend",
+                                    )
+                                    # A choice among the names the server allows (its default first), never a path;
+                                    # the page load adds the models the Ollama server lists.
+                                    initial = self.model_choices(first, listed=False)
+                                    model = gr.Dropdown(
+                                        initial,
+                                        value=initial[0] if initial else None,
+                                        label="Model",
+                                        scale=3,
+                                        elem_id="rp-model",
+                                        allow_custom_value=False,
+                                        interactive=bool(initial),
+                                    )
+                                refresh = gr.Button("↻ Check LLM", size="sm")
+                                top_k = gr.Slider(
+                                    1,
+                                    20,
+                                    value=s.top_k,
+                                    step=1,
+                                    label="Papers retrieved (top k)",
+                                    info=f"Search results; an answer reads at most {s.context_papers} of them (context_papers).",
+                                    elem_id="rp-topk",
+                                )
+                                year_choices: list[Any] = [ANY, *self.years]
+                                with gr.Row(visible=bool(self.years)):
+                                    year_from = gr.Dropdown(
+                                        year_choices, value=ANY, label="From year", elem_id="rp-year-from"
+                                    )
+                                    year_to = gr.Dropdown(
+                                        year_choices, value=ANY, label="To year", elem_id="rp-year-to"
+                                    )
+                                venue = gr.Dropdown(
+                                    [ANY, *self.venues],
+                                    value=ANY,
+                                    label="Venue",
+                                    visible=bool(self.venues),
+                                    elem_id="rp-venue",
+                                )
+                                keyword = gr.Textbox(
+                                    label="Keyword filter",
+                                    placeholder="only papers containing these words",
+                                    elem_id="rp-keyword",
+                                )
+                                index_line = gr.Markdown(self.index_line(self.n_papers), elem_id="rp-index-line")
 
             # Hidden components backing the /ask API endpoint: backend and model are checked by
             # ``resolve`` (an error as data), not by a Dropdown's choices (an exception).
