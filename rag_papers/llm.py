@@ -242,6 +242,12 @@ class LlamaCppBackend:
         self.phase = ""
         self._cancel = threading.Event()  # the running generation's; each stream() gets a fresh one
 
+    @property
+    def demo(self) -> bool:
+        """Whether this is the packaged SmolLM2: a 135M model that exercises generation but invents facts."""
+        packaged = smollm2_path()
+        return bool(self.path and packaged and self.path.resolve() == packaged.resolve())
+
     def cancel(self) -> None:
         """Stop this backend's running generation at its next token (the UI's Stop button)."""
         self._cancel.set()

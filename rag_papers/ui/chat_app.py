@@ -64,6 +64,11 @@ def radio_update(state: UIState | None) -> dict[str, Any]:
     return gr.update(choices=[(f"[{it.n}]", it.n) for it in items], value=sel if items else None, visible=bool(items))
 
 
+def model_info(choices: list[str]) -> str:
+    """The line under the model box: the backend's default (first in its choices), whatever is selected."""
+    return f"default: {choices[0]}" if choices else "no model: the answer quotes the abstracts"
+
+
 def backend_status(settings: Settings, name: str | None, model: str | None) -> tuple[str, str]:
     """(line, level) describing what will answer, e.g. "Ollama at …, model llama3.2:3b"."""
     try:
@@ -71,6 +76,8 @@ def backend_status(settings: Settings, name: str | None, model: str | None) -> t
     except RagPapersError as exc:
         return str(exc), "bad"
     if not backend.extractive:
+        if getattr(backend, "demo", False):  # working, but not to be trusted: amber, and said so
+            return f"{why} (demo model: answers are unreliable)", "warn"
         return why, "ok"
     if (name or settings.llm) == "extractive":
         return "Extractive answers: quotes from the abstracts, no LLM", "ok"
@@ -144,7 +151,7 @@ class ChatApp:
     def _model_update(self, backend_name: str | None, current: str | None = None, listed: bool = True) -> Any:
         choices = self.model_choices(backend_name, listed)
         value = current if current in choices else (choices[0] if choices else None)
-        return gr.update(choices=choices, value=value, interactive=bool(choices))
+        return gr.update(choices=choices, value=value, interactive=bool(choices), info=model_info(choices))
 
     def new_state(self) -> UIState:
         return UIState(ChatSession(self.engine))
@@ -600,6 +607,7 @@ class ChatApp:
                                         initial,
                                         value=initial[0] if initial else None,
                                         label="Model",
+                                        info=model_info(initial),
                                         scale=3,
                                         elem_id="rp-model",
                                         allow_custom_value=False,
