@@ -193,14 +193,18 @@ class Filters:
             return f"year {lo} or later"
         return f"year {hi} or earlier" if hi is not None else ""
 
-    def describe(self) -> str:
-        """The active filters in words, for messages: "year 2030 or later, venue 'NOPE'"."""
+    def parts(self) -> list[str]:
+        """Each active filter in words: ["year 2030 or later", "venue 'NOPE'"] (the UI's chips)."""
         parts = [self.years()]
         if self.venue:
             parts.append(f"venue {self.venue!r}")
         if self.keyword:
             parts.append(f"keyword {self.keyword!r}")
-        return ", ".join(p for p in parts if p)
+        return [p for p in parts if p]
+
+    def describe(self) -> str:
+        """The active filters in words, for messages: "year 2030 or later, venue 'NOPE'"."""
+        return ", ".join(self.parts())
 
     def chroma_where(self) -> dict[str, Any]:
         clauses: list[dict[str, Any]] = []

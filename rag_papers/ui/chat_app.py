@@ -36,6 +36,7 @@ from rag_papers.ui.render import (
     brand_html,
     chat_messages,
     empty_panel,
+    filter_chips,
     index_line,
     sources_panel,
     static_text,
@@ -253,7 +254,9 @@ class ChatApp:
             return self._skip()
         try:
             ex.standalone = state.session.condense(ex.question, ExtractiveBackend())  # a search waits for no LLM
-            result = self.engine.search(ex.standalone, int(top_k), self.filters(year_from, year_to, venue, keyword))
+            filters = self.filters(year_from, year_to, venue, keyword)
+            ex.filters = filters.describe()
+            result = self.engine.search(ex.standalone, int(top_k), filters)
             ex.items, ex.papers = self._numbered(result, int(top_k)), result.papers
             ex.relevant = result.relevant
             if result.filtered_out:  # say that the filters, not the query, left nothing
@@ -317,6 +320,7 @@ class ChatApp:
         t0 = time.perf_counter()
         try:
             backend, _note = self.engine.backend(backend_name or None, (model or "").strip() or None)
+            ex.filters = filters.describe()
             standalone, stream = state.session.ask(ex.question, backend, "", top_k, filters)
             ex.standalone = standalone
             # Provisional sources (the prompt's papers, in order) so citations work while streaming:
@@ -429,6 +433,16 @@ class ChatApp:
             return gr.skip(), gr.skip(), gr.skip()
         state.view = (idx, n)
         return sources_panel(state), radio_update(state), state
+
+    def filter_chips(self, year_from: Any, year_to: Any, venue: Any, keyword: Any) -> tuple[str, Any]:
+        """The chips by the input and the clear button, for the filters as they are now."""
+        parts = self.filters(year_from, year_to, venue, keyword).parts()
+        return filter_chips(parts), gr.update(visible=bool(parts))
+
+    @staticmethod
+    def clear_filters() -> tuple[Any, ...]:
+        """One click: every filter back to "any", the chips and the button gone."""
+        return ANY, ANY, ANY, "", filter_chips([]), gr.update(visible=False)
 
     def toggle_rewrite(self, show: bool, state: UIState | None) -> tuple[Any, ...]:
         state = state or self.new_state()
@@ -548,6 +562,17 @@ class ChatApp:
                                 send = gr.Button("Ask", variant="primary", scale=1, elem_id="rp-send", min_width=90)
                                 stop = gr.Button(
                                     "Stop", variant="stop", scale=1, visible=False, elem_id="rp-stop", min_width=80
+                                )
+                            # The filters in force, by the input where the question is typed (set in the settings).
+                            with gr.Row(elem_id="rp-filter-row"):
+                                chips = gr.HTML(filter_chips([]), elem_id="rp-chips", padding=False, scale=4)
+                                clear_filters = gr.Button(
+                                    "✕ Clear filters",
+                                    size="sm",
+                                    visible=False,
+                                    elem_id="rp-clear-filters",
+                                    scale=1,
+                                    min_width=120,
                                 )
                             with gr.Row(elem_id="rp-controls"):
                                 retrieval_only = gr.Checkbox(
@@ -716,6 +741,11 @@ class ChatApp:
             panel.cite(self.on_cite, [state], [panel, picker, state], queue=False, api_visibility="private")
             show_rewrite.change(
                 self.toggle_rewrite, [show_rewrite, state], [chatbot, state], queue=False, api_visibility="private"
+            )
+            for box in (year_from, year_to, venue, keyword):
+                box.change(self.filter_chips, filt, [chips, clear_filters], queue=False, api_visibility="private")
+            clear_filters.click(
+                self.clear_filters, None, [*filt, chips, clear_filters], queue=False, api_visibility="private"
             )
 
             status_args: dict[str, Any] = {

@@ -213,6 +213,9 @@ def render_exchange(index: int, ex: Exchange, show_rewrite: bool) -> str:
             if waited >= 2:
                 what += f" {waited:.0f} s"
         parts.append(_macro("chat.html", "thinking", what))
+    narrowed = ex.refused or (ex.mode == "search" and (not ex.relevant or not ex.items))
+    if ex.filters and ex.done and not ex.error and narrowed:
+        parts.append(_macro("filters.html", "narrowed", ex.filters))
     if ex.stopped:
         parts.append(_macro("chat.html", "stopped"))
     if ex.error:
@@ -284,6 +287,11 @@ def sources_panel(state: UIState | None) -> str:
 
 
 # ---------------------------------------------------------------------- header
+def filter_chips(parts: list[str]) -> str:
+    """The active filters as chips by the input (nothing when none is on)."""
+    return _macro("filters.html", "chips", parts)
+
+
 def status_html(text: str, level: str) -> str:
     """The LLM status pill; ``level`` is "ok", "warn" or "bad"."""
     return _macro("header.html", "status", text, level)

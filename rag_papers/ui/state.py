@@ -33,6 +33,7 @@ class Exchange:
     stopped: bool = False
     footer: str = ""
     notice: str = ""
+    filters: str = ""  # the filters active when it was asked, in words ("keyword 'x'"), or ""
     done: bool = False
     claimed: bool = False  # a worker step has taken it (guards against a double run)
     started: float = field(default_factory=time.monotonic)
