@@ -93,3 +93,126 @@ def test_a_refusal_under_active_filters_says_they_were_on() -> None:
     assert "Clear" in html and "every paper" in html
     ex.filters = ""
     assert "every paper" not in render_exchange(0, ex, False)
+
+
+PHONE = VIEWPORTS["phone"]
+
+
+def phone_page(browser: Any, **extra: Any) -> Any:
+    context = browser.new_context(viewport=PHONE, **extra)
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    return page
+
+
+@pytest.mark.browser
+def test_on_a_phone_the_header_reads_and_the_input_is_on_the_first_screen(server: Served, browser: Any) -> None:
+    """Reported at 390x844: the header squashed ("rag-/papers", one word per line) and the input was below
+    the fold on first load."""
+    page = phone_page(browser)
+    try:
+        open_app(page, server.url)
+        page.evaluate("window.scrollTo(0, 0)")
+        page.wait_for_timeout(200)
+        h1 = page.locator(".rp-brand h1").bounding_box()
+        sub = page.locator(".rp-brand .rp-sub").bounding_box()
+        assert h1["height"] < 40, h1  # one line
+        assert sub["width"] > 0.6 * PHONE["width"], sub  # a readable line length, not a word per line
+        box = page.locator("#rp-input").bounding_box()
+        assert box["y"] + box["height"] <= PHONE["height"], box  # typed into without scrolling
+        send = page.locator("#rp-send").bounding_box()
+        assert send["y"] + send["height"] <= PHONE["height"], send
+    finally:
+        page.context.close()
+
+
+@pytest.mark.browser
+def test_on_a_phone_a_citation_scrolls_to_its_source(server: Served, browser: Any) -> None:
+    """Reported at 390x844: clicking a citation did not scroll to the source (the panel is below the chat)."""
+    page = phone_page(browser)
+    try:
+        open_app(page, server.url)
+        reply = ask(page, "What does ABBA claim?")
+        cite = reply.locator("a.rp-cite").first
+        cite.scroll_into_view_if_needed()
+        page.wait_for_timeout(300)
+        assert not in_view(page, "#rp-panel .rp-src.selected")  # below the chat: the premise of the report
+        cite.click()
+        page.wait_for_function(
+            "() => { const s = document.querySelector('#rp-panel .rp-src.selected');"
+            " if (!s) return false; const r = s.getBoundingClientRect();"
+            " return r.top >= 0 && r.top < window.innerHeight - 40; }"
+        )
+        assert "ABBA" in page.locator("#rp-panel .rp-src.selected .rp-src-title").inner_text()
+    finally:
+        page.context.close()
+
+
+def in_view(page: Any, selector: str) -> bool:
+    return bool(
+        page.evaluate(
+            "s => { const e = document.querySelector(s); if (!e) return false; const r = e.getBoundingClientRect();"
+            " return r.bottom > 0 && r.top < window.innerHeight; }",
+            selector,
+        )
+    )
+
+
+@pytest.mark.browser
+def test_the_input_and_citations_have_names_and_a_citation_shows_a_card(server: Served, screen: Any) -> None:
+    """Reported: the input's accessible name was "Textbox"; citation links had no label; a citation's only
+    preview was a native tooltip."""
+    import re
+
+    page = screen
+    open_app(page, server.url)
+    assert page.get_by_role("textbox", name="Ask a question about the papers").count() == 1
+    reply = ask(page, "What does ABBA claim?")
+    link = reply.get_by_role("link", name=re.compile(r"^Source 1: ABBA"))
+    assert link.count() >= 1
+    cite = reply.locator("a.rp-cite").first
+    assert cite.get_attribute("title") is None  # no native tooltip: the card below instead
+    card = page.locator(".rp-hovercard")
+    assert not card.is_visible()
+    cite.hover()
+    card.wait_for(state="visible")
+    text = card.inner_text()
+    assert "ABBA" in text and "score" in text.lower(), text
+    page.mouse.move(0, 0)
+    card.wait_for(state="hidden")
+    cite.focus()  # the keyboard gets the same card
+    card.wait_for(state="visible")
+    page.keyboard.press("Escape")
+    card.wait_for(state="hidden")
+
+
+def _contrast(fg: str, bg: str) -> float:
+    """WCAG contrast ratio of two computed CSS colours ("rgb(r, g, b)" or "rgba(...)")."""
+    import re
+
+    def lum(css: str) -> float:
+        r, g, b = (int(v) / 255 for v in re.findall(r"[\d.]+", css)[:3])
+        lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in (r, g, b)]
+        return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+    a, b = sorted((lum(fg), lum(bg)), reverse=True)
+    return (a + 0.05) / (b + 0.05)
+
+
+@pytest.mark.browser
+def test_the_passage_legend_is_readable_in_dark_mode(server: Served, browser: Any) -> None:
+    """Reported: the "retrieved passage" legend had low contrast in dark mode."""
+    context = browser.new_context(viewport=VIEWPORTS["desktop"], color_scheme="dark")
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    try:
+        page.goto(server.url.rstrip("/") + "/?__theme=dark")
+        page.wait_for_selector("#rp-input textarea")
+        ask(page, "What does ABBA claim?")
+        marks = page.locator("#rp-panel .rp-legend mark")
+        assert marks.count() == 2
+        for i in range(2):
+            fg, bg = marks.nth(i).evaluate("e => [getComputedStyle(e).color, getComputedStyle(e).backgroundColor]")
+            assert _contrast(fg, bg) >= 4.5, (marks.nth(i).inner_text(), fg, bg, _contrast(fg, bg))
+    finally:
+        context.close()

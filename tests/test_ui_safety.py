@@ -126,6 +126,12 @@ class Markup(HTMLParser):
 OUR_TAGS = {"div", "span", "a", "b", "em", "mark", "ol", "ul", "li", "br", "p"}
 
 
+# The attributes our templates write; corpus text may stand (escaped) only in the text-carrying ones: a
+# tooltip, and the citation cards' store in the panel (templates/cards.html: title and first sentence).
+OUR_ATTRS = {"class", "href", "title", "id", "hidden", "data-key", "data-n", "data-title", "data-body", "data-score"}
+TEXT_ATTRS = {"title", "data-title", "data-body"}
+
+
 def assert_only_our_markup(fragment: str, where: str) -> Markup:
     """No element, link or attribute in ``fragment`` may come from corpus or model text."""
     m = Markup(fragment)
@@ -134,8 +140,8 @@ def assert_only_our_markup(fragment: str, where: str) -> Markup:
         if tag == "a":
             assert attrs.get("href", "").startswith("#cite-"), f"{where}: live link {attrs} in {fragment[:300]!r}"
         for k, v in attrs.items():
-            assert k in {"class", "href", "title", "id"}, f"{where}: attribute {k}={v!r} from corpus markup"
-            if k != "title":  # a tooltip holding a hostile title is text too
+            assert k in OUR_ATTRS, f"{where}: attribute {k}={v!r} from corpus markup"
+            if k not in TEXT_ATTRS:  # a tooltip or a citation card holding a hostile title is text too
                 assert "evil" not in v and "//" not in v, f"{where}: attribute {k}={v!r} carries corpus markup"
     return m
 

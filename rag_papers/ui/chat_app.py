@@ -550,6 +550,7 @@ class ChatApp:
                             )
                             with gr.Row(elem_id="rp-ask-row"):
                                 msg = gr.Textbox(
+                                    label="Ask a question about the papers",  # its accessible name
                                     show_label=False,
                                     placeholder="Ask a question, e.g. “What does ABBA claim?” — or a follow-up",
                                     scale=8,

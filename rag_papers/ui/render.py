@@ -264,7 +264,27 @@ def empty_panel() -> str:
 
 
 def sources_panel(state: UIState | None) -> str:
-    """HTML for the panel: the selected exchange's papers, the selected one opened."""
+    """HTML for the panel, and the citation cards' store (``cite_cards``) for every exchange's citations."""
+    return _panel_body(state) + cite_cards(state)
+
+
+def cite_cards(state: UIState | None) -> str:
+    """What a citation's card shows (title, first sentence of the passage, score), for every exchange.
+
+    Kept in the panel (a gr.HTML) because the Chatbot's sanitizer drops ``data-*`` and ``aria-*``
+    attributes from messages; app.js reads it by the link's ``#cite-E-N`` key to show the card and
+    to name each link ("Source N: title") for assistive technology.
+    """
+    entries = []
+    for index, ex in enumerate(state.exchanges if state is not None else []):
+        for it in ex.items:
+            first = re.split(r"(?<=[.!?])\s+", plain_text(it.passage).strip(), maxsplit=1)[0]
+            entries.append((f"{index}-{it.n}", it.n, it.title, clip(first, 180), f"{it.score:.3f}"))
+    return _macro("cards.html", "store", entries)
+
+
+def _panel_body(state: UIState | None) -> str:
+    """The selected exchange's papers, the selected one opened."""
     if state is None or state.view is None or state.view[0] >= len(state.exchanges):
         return empty_panel()
     idx, sel = state.view

@@ -8,6 +8,18 @@ window.__rpCite = (ev) => {
   ev.preventDefault();
   ev.stopPropagation();
   trigger('cite', {key: a.getAttribute('href').slice(6)});
+  // Bring the opened paper into view (a phone stacks the panel below the chat): once the panel has its new
+  // value, and again shortly after, for a click on the paper already open (the value does not change).
+  window.__rpCiteClicked = true;
+  setTimeout(() => window.__rpReveal && window.__rpReveal(), 400);
+};
+window.__rpReveal = () => {
+  if (!window.__rpCiteClicked) return;
+  window.__rpCiteClicked = false;
+  const target = document.querySelector('#rp-panel .rp-src.selected') || document.querySelector('#rp-panel');
+  if (!target) return;
+  const r = target.getBoundingClientRect();
+  if (r.top < 0 || r.top > window.innerHeight - 60) target.scrollIntoView({block: 'start', behavior: 'smooth'});
 };
 document.addEventListener('click', window.__rpCite, true);
 watch('value', () => {
@@ -16,6 +28,62 @@ watch('value', () => {
   const cards = element.querySelectorAll('.rp-src');
   const s = element.querySelector('.rp-src.selected');
   if (!box) return;
-  if (!s || s === cards[0]) { box.scrollTop = 0; return; }
-  box.scrollTop += s.getBoundingClientRect().top - box.getBoundingClientRect().top - 8;
+  if (!s || s === cards[0]) box.scrollTop = 0;
+  else box.scrollTop += s.getBoundingClientRect().top - box.getBoundingClientRect().top - 8;
+  window.__rpReveal();
 });
+
+// A citation's card (title, the passage's first sentence, score) on hover or keyboard focus, instead of a
+// native tooltip. Filled with textContent from the link's data attributes: corpus text stays text.
+if (!window.__rpCard) {
+  const card = document.createElement('div');
+  card.className = 'rp-hovercard';
+  card.id = 'rp-hovercard';
+  card.setAttribute('role', 'tooltip');
+  card.hidden = true;
+  document.body.appendChild(card);
+  window.__rpCard = card;
+  const store = () => new Map([...document.querySelectorAll('.rp-cite-store span')].map((e) => [e.dataset.key, e]));
+  const keyOf = (a) => (a.getAttribute('href') || '').slice(6);
+  const entry = (a) => store().get(keyOf(a)) || null;
+  const citeOf = (t) => (t && t.closest ? t.closest('a.rp-cite[href^="#cite-"]') : null);
+  const show = (a) => {
+    const e = entry(a);
+    if (!e) return;
+    const part = (cls, text) => { const d = document.createElement('div'); d.className = cls; d.textContent = text; return d; };
+    card.replaceChildren(
+      part('rp-card-title', e.dataset.title || ''),
+      part('rp-card-body', e.dataset.body || ''),
+      part('rp-card-score', e.dataset.score ? 'score ' + e.dataset.score : ''),
+    );
+    card.hidden = false;
+    const r = a.getBoundingClientRect();
+    const w = Math.min(340, window.innerWidth - 16);
+    card.style.width = w + 'px';
+    card.style.left = Math.max(8, Math.min(r.left, window.innerWidth - w - 8)) + 'px';
+    const below = r.bottom + 6, h = card.offsetHeight;
+    card.style.top = (below + h < window.innerHeight ? below : Math.max(8, r.top - h - 6)) + 'px';
+    a.setAttribute('aria-describedby', 'rp-hovercard');
+  };
+  const hide = () => { card.hidden = true; };
+  document.addEventListener('mouseover', (ev) => { const a = citeOf(ev.target); if (a) show(a); });
+  document.addEventListener('mouseout', (ev) => { if (citeOf(ev.target)) hide(); });
+  document.addEventListener('focusin', (ev) => { const a = citeOf(ev.target); if (a) show(a); });
+  document.addEventListener('focusout', (ev) => { if (citeOf(ev.target)) hide(); });
+  document.addEventListener('keydown', (ev) => { if (ev.key === 'Escape') hide(); });
+  document.addEventListener('scroll', hide, true);
+  // Each citation link's accessible name, "Source N: title" (its text alone is "[N]"), set as links appear.
+  let queued = false;
+  const name = () => {
+    queued = false;
+    const known = store();
+    for (const a of document.querySelectorAll('#rp-chat a.rp-cite[href^="#cite-"]')) {
+      const e = known.get(keyOf(a));
+      const label = e ? 'Source ' + e.dataset.n + ': ' + e.dataset.title : '';
+      if (label && a.getAttribute('aria-label') !== label) a.setAttribute('aria-label', label);
+    }
+  };
+  // Once a frame at most: a streaming answer changes the page many times a second.
+  new MutationObserver(() => { if (!queued) { queued = true; requestAnimationFrame(name); } })
+    .observe(document.body, {childList: true, subtree: true});
+}
