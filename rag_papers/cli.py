@@ -574,6 +574,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         "store": settings.chroma_url or str(settings.chroma_dir),
         "papers": index.count(),
         "vectors": vectors,
+        "model_cache": str(settings.models_dir),
         "embed_model": settings.embed_model,
         "embed_model_2": settings.embed_model_2
         or (f"none configured (the index also holds {recorded} vectors)" if recorded else "none"),
@@ -584,6 +585,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(json.dumps(info))
     else:
         for k, v in info.items():
+            if k == "model_cache":
+                v = f"{v} ({settings.models_dir_origin()})"
             if k != "settings":
                 print(_safe(f"{k:>13}: {v}"))
     return 0
