@@ -12,7 +12,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rag_papers import RagPapersError, __version__
 from rag_papers.choices import EMBED_BACKENDS, PRESETS, RETRIEVAL_MODES
@@ -32,6 +32,12 @@ LLM_HELP = (
 )
 JSON_HELP = "print one JSON object instead of text (default: text)"
 PROGRESS_HELP = "no progress bar (default: a bar on a terminal)"
+COLOR_HELP = (
+    "dim the scores of a search the abstracts don't cover: auto (on a terminal, unless NO_COLOR is set or "
+    "TERM=dumb), always or never (default: auto)"
+)
+COLOR_CHOICES = ("auto", "always", "never")
+DIM, RESET = "\x1b[2m", "\x1b[0m"  # ANSI SGR 2 (faint) and SGR 0
 
 
 def _safe(text: object) -> str:
@@ -45,6 +51,20 @@ def _safe(text: object) -> str:
     from rag_papers.corpus import safe_text
 
     return safe_text(str(text))
+
+
+def use_colour(mode: str | None, stream: TextIO) -> bool:
+    """Whether to style what goes to ``stream`` with ANSI codes: ``--color always`` or ``never`` decide; auto
+    (the default) styles a terminal only, and not when NO_COLOR is set to anything but the empty string
+    (https://no-color.org, where a flag given on the command line wins over it) or TERM is dumb."""
+    if mode in ("always", "never"):
+        return mode == "always"
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return False
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError, OSError):  # a closed or stand-in stream
+        return False
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -127,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"ranking: {', '.join(RETRIEVAL_MODES)} (the retrieval setting; default: hybrid)",
     )
     p.add_argument("--json", action="store_true", help="one JSON object per query (default: text)")
+    p.add_argument("--color", choices=COLOR_CHOICES, help=COLOR_HELP)
     _filters(p)
     _common(p)
     _rerank(p)
@@ -380,6 +401,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         raise RagPapersError("no query given: pass QUERY or --queries-file FILE")
     filters = filters_from(args)
     engine = _engine(settings_from(args))
+    colour = use_colour(args.color, sys.stdout)
     for q in queries:
         res = engine.search(q, args.top_k, filters)
         if args.json:
@@ -387,12 +409,19 @@ def cmd_search(args: argparse.Namespace) -> int:
             continue
         if res.filtered_out:
             flag = f"  (no result: the filters excluded every paper: {res.filter_reason})"
-        else:
-            flag = "" if res.relevant else "  (no relevant paper: the abstracts don't seem to cover this)"
+        elif res.relevant:
+            flag = ""
+        else:  # the papers still listed are the nearest ones, which the words say without colour too
+            closest = "; below, the closest papers, not matches" if res.results else ""
+            flag = f"  (no relevant paper: the abstracts don't seem to cover this{closest})"
         print(_safe(f"Query: {' '.join(q.split())}{flag}"))
         for rank, h in enumerate(res.results, 1):
             rerank = "" if h.rerank_score is None else f" (rerank {h.rerank_score:.3f})"
-            print(_safe(f"{rank:>2}. {h.score:.3f}{rerank}  {plain_text(h.title)}  [{h.id}]"))
+            score = _safe(f"{h.score:.3f}{rerank}")
+            if colour and not res.relevant:  # greyed out: these scores did not make the papers matches
+                score = f"{DIM}{score}{RESET}"
+            # Sanitised piece by piece: the only escape codes printed are the two above.
+            print(f"{rank:>2}. {score}  {_safe(plain_text(h.title))}  [{_safe(h.id)}]")
             print(_safe(f"      {_clip(plain_text(h.passage), 160)}"))
         print()
     return 0
@@ -545,6 +574,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         "store": settings.chroma_url or str(settings.chroma_dir),
         "papers": index.count(),
         "vectors": vectors,
+        "model_cache": str(settings.models_dir),
         "embed_model": settings.embed_model,
         "embed_model_2": settings.embed_model_2
         or (f"none configured (the index also holds {recorded} vectors)" if recorded else "none"),
@@ -555,6 +585,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(json.dumps(info))
     else:
         for k, v in info.items():
+            if k == "model_cache":
+                v = f"{v} ({settings.models_dir_origin()})"
             if k != "settings":
                 print(_safe(f"{k:>13}: {v}"))
     return 0

