@@ -13,7 +13,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from test_ui import BOT, Served, _copy_home, _serve, ask, open_app
+from ollama_stub import OllamaStub
+from test_ui import BOT, STUB_MODEL, STUB_REPLY, Served, _copy_home, _serve, ask, open_app
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:.*no_silent_downcasting:DeprecationWarning",
@@ -216,3 +217,58 @@ def test_the_passage_legend_is_readable_in_dark_mode(server: Served, browser: An
             assert _contrast(fg, bg) >= 4.5, (marks.nth(i).inner_text(), fg, bg, _contrast(fg, bg))
     finally:
         context.close()
+
+
+@pytest.fixture(scope="module")
+def llm_stub() -> Iterator[OllamaStub]:
+    with OllamaStub(models=[STUB_MODEL], reply=STUB_REPLY) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def llm_server(
+    llm_stub: OllamaStub, seeds_home: Path, embedder: object, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Served]:
+    """The app answering through the Ollama stand-in (``--llm ollama``)."""
+    home = _copy_home(seeds_home, tmp_path_factory, "everyday_llm_home")
+    served = _serve(home, embedder, ollama_host=llm_stub.url, llm="ollama")
+    yield served
+    served.app.close()
+
+
+@pytest.mark.browser
+def test_waiting_says_what_is_happening_with_a_running_clock(llm_server: Served, llm_stub: Any, page: Any) -> None:
+    """Reported: "Searching the abstracts..." stayed up while the LLM was busy, with no sense of time. A follow-up
+    is first rewritten by the model (the condense prompt), then the model reads and writes: each step is named,
+    and a clock runs throughout."""
+    import re
+
+    open_app(page, llm_server.url)
+    ask(page, "What does ABBA claim?")
+    llm_stub.token_delay = 0.15  # the condense call and the answer each take several seconds
+    page.fill("#rp-input textarea", "and what are its limitations?")
+    page.press("#rp-input textarea", "Enter")
+    thinking = page.locator(f"{BOT} .rp-thinking").last
+    thinking.wait_for()
+    page.wait_for_function(
+        "() => { const t = [...document.querySelectorAll('.rp-thinking')].pop();"
+        " return t && /rewriting/i.test(t.innerText) && /\\d+ s/.test(t.innerText); }",
+        timeout=20_000,
+    )
+    first = thinking.inner_text()
+    assert "Searching the abstracts" not in first, first
+    seconds = int(re.search(r"(\d+) s", first).group(1))  # type: ignore[union-attr]
+    page.wait_for_function(
+        "n => { const t = [...document.querySelectorAll('.rp-thinking')].pop();"
+        " const m = t && t.innerText.match(/(\\d+) s/); return m && +m[1] > n; }",
+        arg=seconds,
+        timeout=10_000,
+    )
+    page.wait_for_selector(f"{BOT} .rp-caret", timeout=30_000)  # then the answer streams
+    page.wait_for_function(
+        "() => { const m = document.querySelectorAll(\"#rp-chat [data-testid='bot']\");"
+        " return m.length === 2 && m[1].querySelector('.rp-meta') !== null; }",
+        timeout=60_000,
+    )
+    llm_stub.token_delay = 0.0
+    assert STUB_REPLY.split()[0] in page.locator(BOT).last.inner_text()

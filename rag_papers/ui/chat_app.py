@@ -18,10 +18,10 @@ import re
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import gradio as gr
 
@@ -46,6 +46,7 @@ from rag_papers.ui.state import Exchange, UIState
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 ANY = "Any"
 STREAM_INTERVAL = 0.03  # seconds between UI updates while streaming (tokens are batched)
 
@@ -321,7 +322,12 @@ class ChatApp:
         try:
             backend, _note = self.engine.backend(backend_name or None, (model or "").strip() or None)
             ex.filters = filters.describe()
-            standalone, stream = state.session.ask(ex.question, backend, "", top_k, filters)
+            # Rewriting a follow-up (with the model, when there is one) and searching can take seconds: run
+            # them aside and say so, with the clock, instead of a still "Searching the abstracts…".
+            ex.phase = "rewriting" if not backend.extractive and state.session.turns else "searching"
+            standalone, stream = yield from self._while_waiting(
+                state, lambda: state.session.ask(ex.question, backend, "", top_k, filters)
+            )
             ex.standalone = standalone
             # Provisional sources (the prompt's papers, in order) so citations work while streaming:
             # the search returned top_k papers, of which the prompt takes context_papers at most.
@@ -356,6 +362,27 @@ class ChatApp:
             self._forget_failed_turn(state)
         ex.done = True
         yield self._outputs(state, final=True)
+
+    def _while_waiting(self, state: UIState, work: Callable[[], T]) -> Generator[tuple[Any, ...], None, T]:
+        """``work()`` in a worker thread; meanwhile the chat is redrawn every second (its clock runs)."""
+        done = threading.Event()
+        box: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                box["out"] = work()
+            except BaseException as exc:  # noqa: BLE001 - handed back to the caller below
+                box["err"] = exc
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name="rp-prepare", daemon=True).start()
+        while not done.wait(1.0):
+            yield self._outputs(state, panel=False)
+        if "err" in box:
+            raise box["err"]
+        result: T = box["out"]
+        return result
 
     def _finish(self, state: UIState, index: int, ex: Exchange, answer: Answer, result: SearchResult) -> None:
         ex.answer = answer

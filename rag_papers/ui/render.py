@@ -30,6 +30,8 @@ _CITE_RE = re.compile(r"\[(\d+)\]")
 _BULLET_RE = re.compile(r"[-*•]\s+(.*)")
 # What an answer waits for, in words (``AnswerStream.phase``): never "searching" while the model works.
 PHASE_WORDS = {
+    "searching": "Searching the abstracts…",
+    "rewriting": "The model is rewriting your follow-up as a question of its own, then the abstracts are searched…",
     "waiting": "Waiting for the model: it is writing another answer…",
     "loading": "Loading the model…",
     "reading": "The model is reading the abstracts…",
@@ -205,13 +207,15 @@ def render_exchange(index: int, ex: Exchange, show_rewrite: bool) -> str:
             numbers = {it.id: it.n for it in ex.items}
             parts.append(_macro("chat.html", "claims", index, ex.answer.claims, numbers))
     elif not ex.done:
-        if ex.mode == "search" or not ex.items:
-            what = "Searching the abstracts…"
+        if ex.phase == "rewriting":
+            what = PHASE_WORDS["rewriting"]
+        elif ex.mode == "search" or ex.phase == "searching" or not ex.items:
+            what = PHASE_WORDS["searching"]
         else:
             what = PHASE_WORDS.get(ex.phase, PHASE_WORDS["reading"])
-            waited = time.monotonic() - ex.started
-            if waited >= 2:
-                what += f" {waited:.0f} s"
+        waited = time.monotonic() - ex.started
+        if waited >= 1:  # the clock, for every wait (the chat is redrawn at least every second meanwhile)
+            what += f" {waited:.0f} s"
         parts.append(_macro("chat.html", "thinking", what))
     narrowed = ex.refused or (ex.mode == "search" and (not ex.relevant or not ex.items))
     if ex.filters and ex.done and not ex.error and narrowed:
