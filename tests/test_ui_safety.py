@@ -123,7 +123,8 @@ class Markup(HTMLParser):
         return " ".join(" ".join(self.text).split())
 
 
-OUR_TAGS = {"div", "span", "a", "b", "em", "mark", "ol", "ul", "li", "br", "p"}
+OUR_TAGS = {"div", "span", "a", "b", "em", "mark", "ol", "ul", "li", "br", "p", "button"}
+TEXT_ATTRS = {"title", "data-ref"}  # attributes whose value is text: a tooltip, the reference "Copy reference" copies
 
 
 def assert_only_our_markup(fragment: str, where: str) -> Markup:
@@ -134,8 +135,10 @@ def assert_only_our_markup(fragment: str, where: str) -> Markup:
         if tag == "a":
             assert attrs.get("href", "").startswith("#cite-"), f"{where}: live link {attrs} in {fragment[:300]!r}"
         for k, v in attrs.items():
-            assert k in {"class", "href", "title", "id"}, f"{where}: attribute {k}={v!r} from corpus markup"
-            if k != "title":  # a tooltip holding a hostile title is text too
+            assert k in {"class", "href", "id", "type", "aria-label", *TEXT_ATTRS}, (
+                f"{where}: attribute {k}={v!r} from corpus markup"
+            )
+            if k not in TEXT_ATTRS:  # a tooltip or a reference holding a hostile title is text too
                 assert "evil" not in v and "//" not in v, f"{where}: attribute {k}={v!r} carries corpus markup"
     return m
 
@@ -230,6 +233,8 @@ def test_rendered_chat_and_panel_show_corpus_markup_as_text(tmp_path: Path) -> N
             assert f"Title {n} {' '.join(opened.split())}" in m.plain
             assert f"id-{n}{' '.join(opened.split())}" in m.plain
             assert f"Venue {' '.join(opened.split())}" in m.plain
+            refs = [a["data-ref"] for t, a in m.tags if t == "button"]  # decoded: the text the clipboard gets
+            assert refs[n - 1].startswith(f"Title {n} {' '.join(opened.split())}. Venue ")
 
 
 def test_an_extractive_caveat_is_a_note_above_the_answer_and_text() -> None:

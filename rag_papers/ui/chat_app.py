@@ -579,7 +579,7 @@ class ChatApp:
                                 panel = gr.HTML(
                                     empty_panel(),
                                     elem_id="rp-panel",
-                                    js_on_load=static_text("app.js"),
+                                    js_on_load=static_text("app.js") + static_text("copy.js"),
                                     max_height=560,
                                     padding=False,
                                 )
