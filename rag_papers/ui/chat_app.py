@@ -32,6 +32,7 @@ from rag_papers.config import Settings
 from rag_papers.llm import ExtractiveBackend, LLMError, allowed_models, backend_names, get_backend, resolve_model
 from rag_papers.retrieve import Filters, Hit, SearchResult
 from rag_papers.ui.export import export_markdown
+from rag_papers.ui.papers import SORTS, PapersTab
 from rag_papers.ui.render import (
     brand_html,
     chat_messages,
@@ -510,8 +511,8 @@ class ChatApp:
                     status_html("checking the LLM…", "warn"), elem_id="rp-status-wrap", padding=False, scale=2
                 )
             # One tab per way in: the conversation, and (added beside it) the corpus to browse.
-            with gr.Tabs(elem_id="rp-tabs"):  # noqa: SIM117 - more tabs join "Chat" here
-                with gr.Tab("Chat", id="chat", elem_id="rp-tab-chat"):
+            with gr.Tabs(elem_id="rp-tabs") as tabs:
+                with gr.Tab("Chat", id="chat", elem_id="rp-tab-chat"):  # noqa: SIM117 - a tab holds a layout
                     with gr.Row(equal_height=False):
                         with gr.Column(scale=7, min_width=420):
                             examples: list[Any] = [{"text": q} for q in _example_questions(self.engine)]
@@ -636,6 +637,31 @@ class ChatApp:
                                     elem_id="rp-keyword",
                                 )
                                 index_line = gr.Markdown(self.index_line(self.n_papers), elem_id="rp-index-line")
+                # The corpus, a page at a time (rag_papers/ui/papers.py): search, sort, open, ask about one.
+                with gr.Tab("Papers", id="papers", elem_id="rp-tab-papers"):
+                    with gr.Row(elem_id="rp-papers-bar"):
+                        papers_q = gr.Textbox(
+                            label="Search the papers",
+                            placeholder="Words of a title or abstract, or a paper's id",
+                            elem_id="rp-papers-q",
+                            scale=4,
+                            max_lines=1,
+                        )
+                        papers_sort = gr.Dropdown(
+                            [(label, value) for value, label in SORTS.items()],
+                            value="relevance",
+                            label="Sort by",
+                            elem_id="rp-papers-sort",
+                            scale=1,
+                            min_width=180,
+                        )
+                    papers_list = gr.HTML(
+                        "",
+                        elem_id="rp-papers",
+                        js_on_load=static_text("papers.js") + static_text("copy.js"),
+                        padding=False,
+                    )
+                    papers_view = gr.State(None)
 
             # Hidden components backing the /ask API endpoint: backend and model are checked by
             # ``resolve`` (an error as data), not by a Dropdown's choices (an exception).
@@ -732,6 +758,28 @@ class ChatApp:
                 concurrency_limit=4,
             )
             gr.api(self.api_search, api_name="search", concurrency_id="search", concurrency_limit=16)  # type: ignore[attr-defined,unused-ignore]
+
+            # The Papers tab: each page is one registry query, a search one keyword-index query (papers.py).
+            papers_tab = PapersTab(self.engine.index)
+            papers_args: dict[str, Any] = {
+                "concurrency_id": "papers",
+                "concurrency_limit": 8,
+                "api_visibility": "private",
+                "show_progress": "hidden",
+            }
+            demo.load(papers_tab.search, [papers_q, papers_sort], [papers_list, papers_view], **papers_args)
+            gr.on(
+                [papers_q.submit, papers_q.change, papers_sort.change],
+                papers_tab.search,
+                [papers_q, papers_sort],
+                [papers_list, papers_view],
+                trigger_mode="always_last",
+                **papers_args,
+            )
+            papers_list.goto(papers_tab.go, [papers_view], [papers_list, papers_view], **papers_args)
+            papers_list.ask(papers_tab.ask, None, [tabs, msg], queue=False, api_visibility="private").then(
+                None, js="() => { const t = document.querySelector('#rp-input textarea'); if (t) t.focus(); }"
+            )
         demo.queue(default_concurrency_limit=8)
         blocks: gr.Blocks = demo
         return blocks
