@@ -43,6 +43,7 @@ from rag_papers.ui.render import (
     status_html,
 )
 from rag_papers.ui.state import Exchange, UIState
+from rag_papers.ui.suggest import suggested_questions
 
 log = logging.getLogger(__name__)
 
@@ -82,15 +83,12 @@ def backend_status(settings: Settings, name: str | None, model: str | None) -> t
 
 
 def _example_questions(engine: Engine, limit: int = 3) -> list[str]:
-    """A few questions this corpus can answer, from papers whose title names their method."""
-    out: list[str] = []
-    for i, paper in enumerate(engine.index.papers()):
-        if i > 300 or len(out) >= limit:
-            break
-        m = re.match(r"^([A-Z][\w-]{1,15}):", paper.title)
-        if m:
-            out.append(f"What does {m.group(1)} claim?")
-    return out
+    """The chat's suggested questions: a method's claim, a comparison, a "which papers" (ui/suggest.py)."""
+    try:
+        return suggested_questions(engine.index, limit)
+    except Exception:  # noqa: BLE001 - suggestions are a nicety: an odd index must not stop the app
+        log.exception("suggesting questions failed")
+        return []
 
 
 class ChatApp:
