@@ -40,6 +40,9 @@ class Paper:
     venue: str | None = None
     authors: list[str] | None = None
     url: str | None = None
+    # The title is ours (``derive_title``): the record had none. Stored at ingest; False for papers of
+    # registries written before it was, whose titles show unlabelled.
+    title_derived: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -891,6 +894,7 @@ def to_paper(rec: RawRecord) -> Paper:
         venue=rec.venue,
         authors=rec.authors,
         url=rec.url,
+        title_derived=rec.title is None,
     )
 
 

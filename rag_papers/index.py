@@ -17,6 +17,7 @@ keeps thin methods that hand them over, and notices other processes' writes.
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 import threading
@@ -35,6 +36,9 @@ from rag_papers.ingest import Ingester, IngestReport, RepairReport, sync_keyword
 from rag_papers.keyword import KeywordStore, keyword_tokens, useful_terms
 from rag_papers.registry import RegistryError, connect, in_batches, open_registry, row_to_paper, set_aside
 from rag_papers.vectors import VectorStore, VectorStoreError, kinds
+
+# ``Index.browse``'s sorts, each served by an index of the registry (papers_title, registry.BROWSE_INDEXES).
+BROWSE_ORDER = {"title": "title", "year": "year DESC, title", "venue": "venue IS NULL, venue, title"}
 
 # A keyword index holding more papers than this beyond the registry's (a large removal cut short) is
 # rebuilt by a reader rather than searched for that many extra hits.
@@ -211,6 +215,59 @@ class Index:
                 if r["id"] in got:
                     yield got[r["id"]]
             last = rows[-1]["seq"]
+
+    def browse(self, sort: str, offset: int, limit: int, seqs: Sequence[int] | None = None) -> list[Paper]:
+        """A page of papers (no sources), sorted: ``limit`` of them from ``offset`` on.
+
+        ``sort``: "title" (A-Z), "year" (newest first, papers without one last) or "venue" (A-Z, papers
+        without one last), titles breaking ties; "relevance" keeps the order of ``seqs``. ``seqs``: only
+        these papers (keyword matches, ``keyword_matches``), else every paper. Each sort walks an index of
+        the registry (``registry.BROWSE_INDEXES``), so a page costs the same at any size, the offset aside.
+        """
+        if seqs is None and sort == "relevance":
+            sort = "title"
+        order = BROWSE_ORDER.get(sort)
+        if order is None and sort != "relevance":
+            raise ValueError(sort)
+        conn = self._conn()
+        if seqs is None:
+            sql = f"SELECT rowid FROM papers ORDER BY {order} LIMIT ? OFFSET ?"
+            args: tuple[Any, ...] = (limit, offset)
+        elif order is None:
+            sql = "SELECT p.rowid FROM json_each(?) j JOIN papers p ON p.seq = j.value ORDER BY j.key LIMIT ? OFFSET ?"
+            args = (json.dumps(list(seqs)), limit, offset)
+        else:
+            sql = f"SELECT rowid FROM papers WHERE seq IN (SELECT value FROM json_each(?)) ORDER BY {order} LIMIT ? OFFSET ?"
+            args = (json.dumps(list(seqs)), limit, offset)
+        rowids = [r[0] for r in conn.execute(sql, args)]
+        if not rowids:
+            return []
+        marks = ",".join("?" * len(rowids))
+        rows = {r["rowid"]: r for r in conn.execute(f"SELECT rowid, * FROM papers WHERE rowid IN ({marks})", rowids)}
+        return [row_to_paper(rows[r], []) for r in rowids if r in rows]
+
+    def keyword_matches(self, query: str, n: int) -> tuple[int, list[int]] | None:
+        """(papers whose title or abstract has every word of ``query``, the seqs of the ``n`` best by BM25).
+
+        Words as the keyword index stores them (``keyword_tokens``: stemmed, stop words dropped); None
+        when the query has no such word. The keyword index walks its postings, never the registry.
+        """
+        terms = list(dict.fromkeys(keyword_tokens(query)))
+        if not terms:
+            return None
+        kw = self._keyword_index()
+        return kw.matches(terms, n + self._kw_extra)
+
+    def sample(self, n: int) -> list[Paper]:
+        """Up to ``n`` papers spread evenly over the registry in ingest order: the same ones for the same index."""
+        max_seq = int(self._conn().execute("SELECT COALESCE(MAX(seq), 0) FROM papers").fetchone()[0])
+        if not max_seq or n < 1:
+            return []
+        seqs = sorted({1 + (max_seq - 1) * k // max(n - 1, 1) for k in range(n)})
+        rows = self._conn().execute(
+            "SELECT * FROM papers WHERE seq IN (SELECT value FROM json_each(?)) ORDER BY seq", (json.dumps(seqs),)
+        )
+        return [row_to_paper(r, []) for r in rows]
 
     def field_values(self, column: str) -> list[Any]:
         if column not in ("year", "venue"):

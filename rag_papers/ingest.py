@@ -429,8 +429,8 @@ class Ingester:
                 chunk_rows = [(paper.id, i, chunk) for p, i, chunk in passages if p is paper]
                 n_chunks = len(chunk_rows)
                 self.db.execute(
-                    "INSERT INTO papers (id, hash, title, abstract, year, venue, authors, url, n_chunks, seq) "
-                    "VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    "INSERT INTO papers (id, hash, title, abstract, year, venue, authors, url, n_chunks, seq, "
+                    "title_derived) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                     (
                         paper.id,
                         content_hash(paper.abstract),
@@ -442,6 +442,7 @@ class Ingester:
                         paper.url,
                         n_chunks,
                         seq,
+                        int(paper.title_derived),
                     ),
                 )
                 self.db.executemany("INSERT INTO chunks VALUES (?,?,?)", chunk_rows)

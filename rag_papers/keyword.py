@@ -105,6 +105,16 @@ class KeywordStore:
         seqs = searcher.fast_field_values("seq", [addr for _, addr in hits])
         return [(int(seq), float(score)) for (score, _), seq in zip(hits, seqs) if seq is not None]
 
+    def matches(self, terms: Sequence[str], n: int) -> tuple[int, list[int]]:
+        """(papers containing every one of these terms, the seqs of the ``n`` best of them by BM25, best first)."""
+        q = self._tantivy.Query
+        must = self._tantivy.Occur.Must
+        query = q.boolean_query([(must, q.term_query(self.schema, "text", t)) for t in terms])
+        searcher = self.index.searcher()
+        found = searcher.search(query, max(1, n), count=True)
+        seqs = searcher.fast_field_values("seq", [addr for _, addr in found.hits])
+        return int(found.count), [int(seq) for seq in seqs if seq is not None]  # type: ignore[attr-defined]
+
     # ---- writing (one writer per index: tantivy holds a lock file while it lives)
     def _w(self) -> Any:
         if self._writer is None:

@@ -23,7 +23,8 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS papers (
     id TEXT PRIMARY KEY, hash TEXT NOT NULL UNIQUE, title TEXT NOT NULL, abstract TEXT NOT NULL,
-    year INTEGER, venue TEXT, authors TEXT, url TEXT, n_chunks INTEGER NOT NULL, seq INTEGER NOT NULL
+    year INTEGER, venue TEXT, authors TEXT, url TEXT, n_chunks INTEGER NOT NULL, seq INTEGER NOT NULL,
+    title_derived INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS sources (
     paper_id TEXT NOT NULL, file TEXT NOT NULL, loc TEXT NOT NULL, PRIMARY KEY (paper_id, file, loc)
@@ -42,6 +43,38 @@ END;
 """
 
 
+# What registries written by earlier versions lack, added when one is opened (``upgrade_registry``):
+# a column (ALTER TABLE ... ADD COLUMN rewrites no row) and the indexes that let the UI's Papers tab
+# page through the papers sorted by year or venue without sorting them all for every page.
+UPGRADE_COLUMNS = {"title_derived": "ALTER TABLE papers ADD COLUMN title_derived INTEGER NOT NULL DEFAULT 0"}
+BROWSE_INDEXES = """
+CREATE INDEX IF NOT EXISTS papers_year_title ON papers(year DESC, title);
+CREATE INDEX IF NOT EXISTS papers_venue_title ON papers(venue IS NULL, venue, title);
+"""
+
+
+def upgrade_registry(db: sqlite3.Connection) -> None:
+    """Bring an older registry up to this schema where it can be written, at once or not at all.
+
+    A registry this process cannot write now (read-only, another process's write under way) is read
+    as it is: papers without the column read as titles not derived, and sorted pages are slower.
+    Building the indexes on a large older registry takes a few seconds, once.
+    """
+    have = {r[1] for r in db.execute("PRAGMA table_info(papers)")}
+    missing = [sql for col, sql in UPGRADE_COLUMNS.items() if col not in have]
+    indexes = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+    if not missing and {"papers_year_title", "papers_venue_title"} <= indexes:
+        return
+    db.execute("PRAGMA busy_timeout=1000")  # wait for another process's write a little, not the usual 30 s
+    try:
+        db.executescript("BEGIN;" + "".join(f"{sql};" for sql in missing) + BROWSE_INDEXES + "COMMIT;")
+    except sqlite3.OperationalError:
+        if db.in_transaction:
+            db.rollback()
+    finally:
+        db.execute("PRAGMA busy_timeout=30000")
+
+
 def row_to_paper(row: sqlite3.Row, sources: list[str]) -> Paper:
     return Paper(
         id=row["id"],
@@ -52,6 +85,8 @@ def row_to_paper(row: sqlite3.Row, sources: list[str]) -> Paper:
         venue=row["venue"],
         authors=json.loads(row["authors"]) if row["authors"] else None,
         url=row["url"],
+        # A registry this process could not upgrade (read-only) has no such column: not derived, as before.
+        title_derived=bool(row["title_derived"]) if "title_derived" in row.keys() else False,  # noqa: SIM118 - a Row's `in` looks at values
     )
 
 
@@ -139,6 +174,7 @@ def open_registry(path: Path) -> sqlite3.Connection:
         db = connect(path)
         db.execute("PRAGMA journal_mode=WAL")
         db.executescript(SCHEMA)
+        upgrade_registry(db)
         return db
     except sqlite3.Error as exc:
         if db is not None:

@@ -123,13 +123,14 @@ class Markup(HTMLParser):
         return " ".join(" ".join(self.text).split())
 
 
-OUR_TAGS = {"div", "span", "a", "b", "em", "mark", "ol", "ul", "li", "br", "p"}
+OUR_TAGS = {"div", "span", "a", "b", "em", "mark", "ol", "ul", "li", "br", "p", "button"}
 
 
 # The attributes our templates write; corpus text may stand (escaped) only in the text-carrying ones: a
-# tooltip, and the citation cards' store in the panel (templates/cards.html: title and first sentence).
-OUR_ATTRS = {"class", "href", "title", "id", "hidden", "data-key", "data-n", "data-title", "data-body", "data-score"}
-TEXT_ATTRS = {"title", "data-title", "data-body"}
+# tooltip, the reference "Copy reference" copies, and the citation cards' store in the panel
+# (templates/cards.html: title and first sentence).
+TEXT_ATTRS = {"title", "data-ref", "data-title", "data-body"}
+OUR_ATTRS = {"class", "href", "id", "type", "aria-label", "hidden", "data-key", "data-n", "data-score", *TEXT_ATTRS}
 
 
 def assert_only_our_markup(fragment: str, where: str) -> Markup:
@@ -236,6 +237,8 @@ def test_rendered_chat_and_panel_show_corpus_markup_as_text(tmp_path: Path) -> N
             assert f"Title {n} {' '.join(opened.split())}" in m.plain
             assert f"id-{n}{' '.join(opened.split())}" in m.plain
             assert f"Venue {' '.join(opened.split())}" in m.plain
+            refs = [a["data-ref"] for t, a in m.tags if t == "button"]  # decoded: the text the clipboard gets
+            assert refs[n - 1].startswith(f"Title {n} {' '.join(opened.split())}. Venue ")
 
 
 def test_an_extractive_caveat_is_a_note_above_the_answer_and_text() -> None:

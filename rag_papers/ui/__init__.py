@@ -7,6 +7,9 @@ Where things are:
 * ``export.py``: that state as a Markdown file.
 * ``chat_app.py``: the Blocks layout and its event handlers (``ChatApp``); the page's CSS and
   the panel's JavaScript are the files of ``static/``.
+* ``papers.py``: the Papers tab (the corpus a page at a time, searched with the keyword index);
+  ``refs.py``: a paper's "derived title" label, first sentence, link and copyable reference;
+  ``suggest.py``: the chat's suggested questions.
 * ``launch.py``: the login, the refusal to expose the app without one, serving, the log file.
 
 Design notes (why it is built this way):

@@ -32,6 +32,7 @@ from rag_papers.config import Settings
 from rag_papers.llm import ExtractiveBackend, LLMError, allowed_models, backend_names, get_backend, resolve_model
 from rag_papers.retrieve import Filters, Hit, SearchResult
 from rag_papers.ui.export import export_markdown
+from rag_papers.ui.papers import SORTS, PapersTab
 from rag_papers.ui.render import (
     brand_html,
     chat_messages,
@@ -43,6 +44,7 @@ from rag_papers.ui.render import (
     status_html,
 )
 from rag_papers.ui.state import Exchange, UIState
+from rag_papers.ui.suggest import suggested_questions
 
 log = logging.getLogger(__name__)
 
@@ -90,15 +92,12 @@ def backend_status(settings: Settings, name: str | None, model: str | None) -> t
 
 
 def _example_questions(engine: Engine, limit: int = 3) -> list[str]:
-    """A few questions this corpus can answer, from papers whose title names their method."""
-    out: list[str] = []
-    for i, paper in enumerate(engine.index.papers()):
-        if i > 300 or len(out) >= limit:
-            break
-        m = re.match(r"^([A-Z][\w-]{1,15}):", paper.title)
-        if m:
-            out.append(f"What does {m.group(1)} claim?")
-    return out
+    """The chat's suggested questions: a method's claim, a comparison, a "which papers" (ui/suggest.py)."""
+    try:
+        return suggested_questions(engine.index, limit)
+    except Exception:  # noqa: BLE001 - suggestions are a nicety: an odd index must not stop the app
+        log.exception("suggesting questions failed")
+        return []
 
 
 class ChatApp:
@@ -558,8 +557,8 @@ class ChatApp:
                     status_html("checking the LLM…", "warn"), elem_id="rp-status-wrap", padding=False, scale=2
                 )
             # One tab per way in: the conversation, and (added beside it) the corpus to browse.
-            with gr.Tabs(elem_id="rp-tabs"):  # noqa: SIM117 - more tabs join "Chat" here
-                with gr.Tab("Chat", id="chat", elem_id="rp-tab-chat"):
+            with gr.Tabs(elem_id="rp-tabs") as tabs:
+                with gr.Tab("Chat", id="chat", elem_id="rp-tab-chat"):  # noqa: SIM117 - a tab holds a layout
                     with gr.Row(equal_height=False):
                         with gr.Column(scale=7, min_width=420):
                             examples: list[Any] = [{"text": q} for q in _example_questions(self.engine)]
@@ -639,7 +638,7 @@ class ChatApp:
                                 panel = gr.HTML(
                                     empty_panel(),
                                     elem_id="rp-panel",
-                                    js_on_load=static_text("app.js"),
+                                    js_on_load=static_text("app.js") + static_text("copy.js"),
                                     max_height=560,
                                     padding=False,
                                 )
@@ -697,6 +696,31 @@ class ChatApp:
                                     elem_id="rp-keyword",
                                 )
                                 index_line = gr.Markdown(self.index_line(self.n_papers), elem_id="rp-index-line")
+                # The corpus, a page at a time (rag_papers/ui/papers.py): search, sort, open, ask about one.
+                with gr.Tab("Papers", id="papers", elem_id="rp-tab-papers"):
+                    with gr.Row(elem_id="rp-papers-bar"):
+                        papers_q = gr.Textbox(
+                            label="Search the papers",
+                            placeholder="Words of a title or abstract, or a paper's id",
+                            elem_id="rp-papers-q",
+                            scale=4,
+                            max_lines=1,
+                        )
+                        papers_sort = gr.Dropdown(
+                            [(label, value) for value, label in SORTS.items()],
+                            value="relevance",
+                            label="Sort by",
+                            elem_id="rp-papers-sort",
+                            scale=1,
+                            min_width=180,
+                        )
+                    papers_list = gr.HTML(
+                        "",
+                        elem_id="rp-papers",
+                        js_on_load=static_text("papers.js") + static_text("copy.js"),
+                        padding=False,
+                    )
+                    papers_view = gr.State(None)
 
             # Hidden components backing the /ask API endpoint: backend and model are checked by
             # ``resolve`` (an error as data), not by a Dropdown's choices (an exception).
@@ -798,6 +822,28 @@ class ChatApp:
                 concurrency_limit=4,
             )
             gr.api(self.api_search, api_name="search", concurrency_id="search", concurrency_limit=16)  # type: ignore[attr-defined,unused-ignore]
+
+            # The Papers tab: each page is one registry query, a search one keyword-index query (papers.py).
+            papers_tab = PapersTab(self.engine.index)
+            papers_args: dict[str, Any] = {
+                "concurrency_id": "papers",
+                "concurrency_limit": 8,
+                "api_visibility": "private",
+                "show_progress": "hidden",
+            }
+            demo.load(papers_tab.search, [papers_q, papers_sort], [papers_list, papers_view], **papers_args)
+            gr.on(
+                [papers_q.submit, papers_q.change, papers_sort.change],
+                papers_tab.search,
+                [papers_q, papers_sort],
+                [papers_list, papers_view],
+                trigger_mode="always_last",
+                **papers_args,
+            )
+            papers_list.goto(papers_tab.go, [papers_view], [papers_list, papers_view], **papers_args)
+            papers_list.ask(papers_tab.ask, None, [tabs, msg], queue=False, api_visibility="private").then(
+                None, js="() => { const t = document.querySelector('#rp-input textarea'); if (t) t.focus(); }"
+            )
         demo.queue(default_concurrency_limit=8)
         blocks: gr.Blocks = demo
         return blocks

@@ -22,8 +22,9 @@ import jinja2
 import markupsafe
 
 from rag_papers import __version__
-from rag_papers.corpus import plain_text
+from rag_papers.corpus import Paper, plain_text
 from rag_papers.retrieve import Hit
+from rag_papers.ui.refs import PaperInfo, paper_info, reference_line
 from rag_papers.ui.state import Exchange, UIState
 
 _CITE_RE = re.compile(r"\[(\d+)\]")
@@ -307,7 +308,15 @@ def _panel_body(state: UIState | None) -> str:
         paper = ex.papers.get(opened.id)
         shown = plain_text((paper.abstract if paper else "") or opened.passage)  # LaTeX and Markdown rendered
         sentences = marked_sentences(shown, plain_text(opened.passage), quoted)
-    return _macro("panel.html", "sources", kind, ex.question, ex.items, idx, sel, sentences)
+    infos = {it.id: _info(it, ex.papers.get(it.id)) for it in ex.items}
+    return _macro("panel.html", "sources", kind, ex.question, ex.items, idx, sel, sentences, infos)
+
+
+def _info(hit: Hit, paper: Paper | None) -> PaperInfo:
+    """A source's label, first sentence, link and reference, from its paper (from the hit alone without one)."""
+    if paper is not None:
+        return paper_info(paper)
+    return PaperInfo(False, "", None, reference_line(hit.title, hit.id, hit.venue, hit.year))
 
 
 # ---------------------------------------------------------------------- header
