@@ -212,7 +212,9 @@ def test_papers_tab_lists_searches_opens_and_asks(
     page.locator("#rp-send").click()
     page.wait_for_selector(f"{BOT} .rp-meta")
     reply = page.locator(BOT).last
-    cited = {c.get_attribute("title") for c in reply.locator("a.rp-cite").all()}
+    # Each citation link is named "Source N: title" (app.js, from the panel's card store).
+    reply.locator("a.rp-cite[aria-label]").first.wait_for(state="attached")
+    cited = {(c.get_attribute("aria-label") or "").split(": ", 1)[-1] for c in reply.locator("a.rp-cite").all()}
     assert abba.title in cited, (cited, reply.inner_text())
     assert "ABBA" in reply.inner_text()  # quoted from its abstract
     context.close()

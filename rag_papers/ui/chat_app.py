@@ -31,6 +31,7 @@ from rag_papers.chat import ChatSession, Engine
 from rag_papers.config import Settings
 from rag_papers.llm import ExtractiveBackend, LLMError, allowed_models, backend_names, get_backend, resolve_model
 from rag_papers.retrieve import Filters, Hit, SearchResult
+from rag_papers.ui import history
 from rag_papers.ui.export import export_markdown
 from rag_papers.ui.papers import SORTS, PapersTab
 from rag_papers.ui.render import (
@@ -430,6 +431,7 @@ class ChatApp:
         state.session.reset()
         state.exchanges.clear()
         state.view = None
+        state.chat_id = None  # the next question starts a new entry in the browser's history
         return (
             [],
             empty_panel(),
@@ -439,6 +441,47 @@ class ChatApp:
             gr.update(visible=False),
             "",
         )
+
+    # ------------------------------------------------------------ past chats (kept in the browser)
+    @staticmethod
+    def _past_update(stored: list[dict[str, Any]], current: str | None) -> Any:
+        listed = history.choices(stored)
+        return gr.update(choices=listed, value=current if any(v == current for _, v in listed) else None)
+
+    def remember(self, state: UIState | None, stored: Any) -> tuple[Any, Any]:
+        """After each answer (or Stop): this conversation saved first in the browser's history."""
+        if state is None or not state.exchanges:
+            return gr.skip(), gr.skip()
+        kept = history.save(stored, state)
+        return kept, self._past_update(kept, state.chat_id)
+
+    def _shown(self, state: UIState) -> tuple[Any, ...]:
+        """(chatbot, panel, picker, state, export, stop) for a conversation reopened whole."""
+        return self._outputs(state, final=True)
+
+    def reopen(self, chat_id: Any, stored: Any, state: UIState | None) -> tuple[Any, ...]:
+        """Open a past chat: shown as it was, and its answered turns back in the session for follow-ups."""
+        restored = history.restore(stored, str(chat_id or ""), ChatSession(self.engine))
+        if restored is None:
+            return self._skip()
+        restored.show_rewrite = state.show_rewrite if state is not None else False
+        return self._shown(restored)
+
+    def on_load(self, stored: Any) -> tuple[Any, ...]:
+        """A fresh page (a reload too): the past chats listed, the latest reopened."""
+        kept = history.entries(stored)
+        latest = kept[0]["id"] if kept else None
+        shown = self.reopen(latest, kept, None) if latest else self._skip()
+        return (*shown, self._past_update(kept, latest))
+
+    def forget(self, chat_id: Any, stored: Any, state: UIState | None) -> tuple[Any, ...]:
+        """Delete a past chat from the browser; deleting the one on screen also clears the screen."""
+        kept = history.remove(stored, str(chat_id or ""))
+        if state is not None and chat_id and state.chat_id == chat_id:
+            cleared = self.new_chat(state)[:6]
+        else:
+            cleared = self._skip()
+        return (*cleared, kept, self._past_update(kept, state.chat_id if state is not None else None))
 
     def select_source(self, n: Any, state: UIState | None) -> tuple[Any, ...]:
         """The "Show source" picker changed."""
@@ -549,6 +592,9 @@ class ChatApp:
     def build(self) -> gr.Blocks:
         s = self.settings
         with gr.Blocks(title="rag-papers", fill_width=False, analytics_enabled=False) as demo:
+            # The past chats, in this browser's localStorage (encrypted with a key kept in the data directory,
+            # so they survive a restart of the app as well as a reload of the page).
+            stored = gr.BrowserState([], storage_key="rag-papers-chats", secret=history.browser_secret(s.home))
             state = gr.State(None)
             pending = gr.State(None)
             with gr.Row(elem_id="rp-header"):
@@ -600,6 +646,15 @@ class ChatApp:
                                     elem_id="rp-clear-filters",
                                     scale=1,
                                     min_width=120,
+                                )
+                            with gr.Accordion("Past chats", open=False, elem_id="rp-history"):
+                                past = gr.Radio(
+                                    choices=[],
+                                    label="Kept in this browser: pick one to reopen it",
+                                    elem_id="rp-past",
+                                )
+                                forget = gr.Button(
+                                    "Delete the selected chat", size="sm", variant="stop", elem_id="rp-forget"
                                 )
                             with gr.Row(elem_id="rp-controls"):
                                 retrieval_only = gr.Checkbox(
@@ -742,6 +797,8 @@ class ChatApp:
                 "api_visibility": "private",
             }
 
+            quiet: dict[str, Any] = {"queue": False, "api_visibility": "private", "show_progress": "hidden"}
+
             def chain(accepted: Any) -> Any:
                 """Search step, then answer step; each skips itself unless the question is its kind."""
                 searched = accepted.then(
@@ -753,7 +810,7 @@ class ChatApp:
                     api_visibility="private",
                     show_progress="hidden",
                 )
-                return searched.then(
+                answered = searched.then(
                     self.run_answer,
                     [pending, state, backend, model, top_k, *filt],
                     chat_outputs,
@@ -762,6 +819,8 @@ class ChatApp:
                     api_visibility="private",
                     show_progress="hidden",
                 )
+                answered.then(self.remember, [state, stored], [stored, past], **quiet)
+                return answered
 
             def use_example(evt: gr.SelectData) -> str:
                 value = evt.value
@@ -780,7 +839,10 @@ class ChatApp:
                 cancels=[answer_typed, answer_example],
                 queue=False,
                 api_visibility="private",
-            )
+            ).then(self.remember, [state, stored], [stored, past], **quiet)
+            past.input(self.reopen, [past, stored, state], chat_outputs, **quiet)
+            forget.click(self.forget, [past, stored, state], [*chat_outputs, stored, past], **quiet)
+            demo.load(self.on_load, [stored], [*chat_outputs, past], **quiet)
             new.click(
                 self.new_chat,
                 [state],

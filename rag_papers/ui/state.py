@@ -49,6 +49,7 @@ class UIState:
     exchanges: list[Exchange] = field(default_factory=list)
     view: tuple[int, int] | None = None  # (exchange index, source number) shown in the panel
     show_rewrite: bool = False
+    chat_id: str | None = None  # its key in the browser's history (``history.py``), once it has one
     export_dir: Path | None = None
 
     def busy(self) -> bool:
