@@ -272,3 +272,26 @@ def test_waiting_says_what_is_happening_with_a_running_clock(llm_server: Served,
     )
     llm_stub.token_delay = 0.0
     assert STUB_REPLY.split()[0] in page.locator(BOT).last.inner_text()
+
+
+@pytest.fixture(scope="module")
+def demo_server(seeds_home: Path, embedder: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """The app started with ``--llm llamacpp`` and no model named: the packaged SmolLM2 answers."""
+    home = _copy_home(seeds_home, tmp_path_factory, "everyday_demo_home")
+    served = _serve(home, embedder, ollama_host="http://127.0.0.1:9", llm="llamacpp")
+    yield served
+    served.app.close()
+
+
+@pytest.mark.browser
+def test_the_pill_is_amber_for_the_demo_model_and_the_model_box_names_defaults(
+    demo_server: Served, screen: Any
+) -> None:
+    """Reported: the status pill was green for SmolLM2, which invents facts."""
+    page = screen
+    open_app(page, demo_server.url)
+    pill = page.locator("#rp-status-wrap .rp-status")
+    assert "demo model: answers are unreliable" in pill.inner_text()
+    assert pill.locator(".rp-dot.rp-warn").count() == 1
+    page.get_by_text("Answering and retrieval settings").click()
+    assert "default: SmolLM2" in page.locator("#rp-model").inner_text()
