@@ -293,6 +293,20 @@ def page(browser: Any) -> Iterator[Any]:
     context.close()
 
 
+# The two sizes the UI is tested at (issue 16): a desktop window and a phone.
+VIEWPORTS = {"desktop": {"width": 1440, "height": 900}, "phone": {"width": 390, "height": 844}}
+
+
+@pytest.fixture(params=sorted(VIEWPORTS))
+def screen(request: pytest.FixtureRequest, browser: Any) -> Iterator[Any]:
+    """A fresh page (a fresh gradio session) at each of the two sizes."""
+    context = browser.new_context(viewport=VIEWPORTS[request.param], accept_downloads=True)
+    pg = context.new_page()
+    pg.set_default_timeout(30_000)
+    yield pg
+    context.close()
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """The installed console script, as a user runs it: for tests about the process itself (its exit,
     signals, a cold start, another process beside this one). The others use ``run_main``."""

@@ -13,6 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from conftest import VIEWPORTS
 from ollama_stub import OllamaStub
 from test_ui import BOT, STUB_MODEL, STUB_REPLY, Served, _copy_home, _serve, ask, open_app
 
@@ -20,8 +21,6 @@ pytestmark = pytest.mark.filterwarnings(
     "ignore:.*no_silent_downcasting:DeprecationWarning",
     "ignore:The copy keyword is deprecated:DeprecationWarning",
 )
-
-VIEWPORTS = {"desktop": {"width": 1440, "height": 900}, "phone": {"width": 390, "height": 844}}
 
 
 @pytest.fixture(scope="module")
@@ -31,16 +30,6 @@ def server(seeds_home: Path, embedder: object, tmp_path_factory: pytest.TempPath
     )
     yield served
     served.app.close()
-
-
-@pytest.fixture(params=sorted(VIEWPORTS))
-def screen(request: pytest.FixtureRequest, browser: Any) -> Iterator[Any]:
-    """A fresh page (a fresh gradio session) at one of the two sizes."""
-    context = browser.new_context(viewport=VIEWPORTS[request.param], accept_downloads=True)
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    yield page
-    context.close()
 
 
 def keyword_box(page: Any) -> Any:

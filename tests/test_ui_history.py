@@ -23,7 +23,6 @@ pytestmark = pytest.mark.filterwarnings(
     "ignore:The copy keyword is deprecated:DeprecationWarning",
 )
 
-VIEWPORTS = {"desktop": {"width": 1440, "height": 900}, "phone": {"width": 390, "height": 844}}
 TURNS = (
     "Which papers refine or design 3D molecular structures with diffusion?",
     "how do they evaluate them?",
@@ -38,15 +37,6 @@ def server(seeds_home: Path, embedder: object, tmp_path_factory: pytest.TempPath
     )
     yield served
     served.app.close()
-
-
-@pytest.fixture(params=sorted(VIEWPORTS))
-def screen(request: pytest.FixtureRequest, browser: Any) -> Iterator[Any]:
-    context = browser.new_context(viewport=VIEWPORTS[request.param])
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    yield page
-    context.close()
 
 
 def reload(page: Any) -> None:
