@@ -158,8 +158,20 @@ def test_what_the_browser_keeps_renders_the_same_and_follow_ups_carry_on(engine:
         [1, "x", None],
         [{"id": "a", "title": "t", "exchanges": "nope"}],
         [{"id": "a", "title": "t", "exchanges": [None, 3, {"question": 5}, {"question": "q", "items": [{"id": 1}]}]}],
+        [
+            {
+                "id": "a",
+                "title": "t",
+                "updated": 1e300,
+                "exchanges": [
+                    {"question": "q", "answer": {"answer": "x", "claims": [{"text": "c", "support": "lots"}]}},
+                    {"question": "r", "items": [{"id": "p", "title": "t", "score": "high"}], "claims": 7},
+                    {"question": "s", "answer": {"answer": "y"}, "context": 3, "items": "abc"},
+                ],
+            }
+        ],
     ],
-    ids=["none", "string", "junk", "bad-exchanges", "bad-items"],
+    ids=["none", "string", "junk", "bad-exchanges", "bad-items", "bad-numbers"],
 )
 def test_a_malformed_or_tampered_history_is_skipped_not_trusted(stored: Any, engine: Any) -> None:
     from rag_papers.chat import ChatSession

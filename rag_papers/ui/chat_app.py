@@ -455,17 +455,13 @@ class ChatApp:
         kept = history.save(stored, state)
         return kept, self._past_update(kept, state.chat_id)
 
-    def _shown(self, state: UIState) -> tuple[Any, ...]:
-        """(chatbot, panel, picker, state, export, stop) for a conversation reopened whole."""
-        return self._outputs(state, final=True)
-
     def reopen(self, chat_id: Any, stored: Any, state: UIState | None) -> tuple[Any, ...]:
         """Open a past chat: shown as it was, and its answered turns back in the session for follow-ups."""
         restored = history.restore(stored, str(chat_id or ""), ChatSession(self.engine))
         if restored is None:
             return self._skip()
         restored.show_rewrite = state.show_rewrite if state is not None else False
-        return self._shown(restored)
+        return self._outputs(restored, final=True)
 
     def on_load(self, stored: Any) -> tuple[Any, ...]:
         """A fresh page (a reload too): the past chats listed, the latest reopened."""
@@ -478,7 +474,7 @@ class ChatApp:
         """Delete a past chat from the browser; deleting the one on screen also clears the screen."""
         kept = history.remove(stored, str(chat_id or ""))
         if state is not None and chat_id and state.chat_id == chat_id:
-            cleared = self.new_chat(state)[:6]
+            cleared = self.new_chat(state)[:6]  # the chat outputs, without the input box
         else:
             cleared = self._skip()
         return (*cleared, kept, self._past_update(kept, state.chat_id if state is not None else None))

@@ -118,7 +118,14 @@ def exchange_data(ex: Exchange, context: tuple[str, ...] = ()) -> dict[str, Any]
 
 
 def exchange_from(data: Any) -> Exchange | None:
-    """A finished exchange from stored data; None when it is not one."""
+    """A finished exchange from stored data; None when it is not one (a value of the wrong kind anywhere in it)."""
+    try:
+        return _exchange(data)
+    except (TypeError, ValueError, AttributeError, OverflowError):
+        return None
+
+
+def _exchange(data: Any) -> Exchange | None:
     if not isinstance(data, dict) or not isinstance(data.get("question"), str):
         return None
     mode = "search" if data.get("mode") == "search" else "answer"
@@ -182,8 +189,10 @@ def choices(history: Any) -> list[tuple[str, str]]:
     """(label, id) for the list of past chats: its first question and when it was last used."""
     out = []
     for c in entries(history):
-        when = c.get("updated")
-        stamp = time.strftime("%d %b %H:%M", time.localtime(when)) if isinstance(when, int | float) else ""
+        try:
+            stamp = time.strftime("%d %b %H:%M", time.localtime(float(c.get("updated", ""))))
+        except (TypeError, ValueError, OverflowError, OSError):  # absent, or no time a clock can show
+            stamp = ""
         n = len(c["exchanges"])
         out.append((f"{c['title']} · {n} question{'s' if n != 1 else ''}{' · ' + stamp if stamp else ''}", c["id"]))
     return out
@@ -207,7 +216,8 @@ def restore(history: Any, chat_id: str | None, session: ChatSession) -> UIState 
         ex.papers = {it.id: papers[it.id] for it in ex.items if it.id in papers}
         state.exchanges.append(ex)
         if ex.mode == "answer" and ex.answer is not None and not ex.error and not ex.stopped:
-            context = tuple(str(t) for t in data.get("context") or [] if isinstance(t, str))
+            carried = data.get("context")
+            context = tuple(t for t in carried if isinstance(t, str)) if isinstance(carried, list) else ()
             session.turns.append(Turn(ex.question, ex.standalone or ex.question, ex.answer, context))
     if state.exchanges:
         last = len(state.exchanges) - 1
