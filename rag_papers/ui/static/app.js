@@ -34,7 +34,8 @@ watch('value', () => {
 });
 
 // A citation's card (title, the passage's first sentence, score) on hover or keyboard focus, instead of a
-// native tooltip. Filled with textContent from the link's data attributes: corpus text stays text.
+// native tooltip. Filled with textContent from the panel's store (templates/cards.html, keyed like the link's
+// #cite-E-N): corpus text stays text.
 if (!window.__rpCard) {
   const card = document.createElement('div');
   card.className = 'rp-hovercard';
