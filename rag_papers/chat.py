@@ -132,31 +132,31 @@ _ELLIPSIS = re.compile(
 )
 # What a question asks about a paper, or how a conversation goes on: naming these names nothing of one's own
 # ("what datasets?", "can you explain the main contribution?"). Stemmed as the keyword side stems.
-_CHAT_WORDS = """
-paper papers method methods model models approach approaches work works study studies framework frameworks technique
-techniques algorithm algorithms architecture architectures system systems author authors article articles abstract
-abstracts answer answers question questions one ones idea ideas proposal proposals first second third fourth fifth last
-former latter other previous earlier above mentioned result results finding findings code implementation github
-available availability open source release released dataset datasets data benchmark benchmarks baseline baselines
-metric metrics experiment experiments experimental evaluate evaluates evaluated evaluation evaluating measure measured
-test tested testing limitation limitations weakness weaknesses drawback drawbacks downside downsides strength strengths
-advantage advantages disadvantage disadvantages pros cons contribution contributions novelty novel main key core
-central performance perform performs accuracy accurate efficient efficiency cost costs expensive cheap cheaper speed
-fast faster slow slower better best worse worst good bad improve improves improvement improvements outperform
-outperforms compare compared comparison comparisons difference differences differ similar similarity versus train
-trained training inference hyperparameter hyperparameters setting settings setup ablation ablations assumption
-assumptions application applications future problem problems goal goals motivation task tasks scale scalability
-scalable complexity memory size large small larger smaller tell explain elaborate detail details more else example
-examples mean means meaning summary summarize summarise describe say says said mention mentions cite cited please
-thanks thank ok okay really sure exactly yes further again briefly simply simple terms way ways year years published
-publish venue conference journal me new newer
+_CHAT_WORDS = (
+    _PAPER_NOUNS
+    | _ASPECT_NOUNS
+    | _set(
+        """
+question questions idea ideas proposals first second third fourth fifth last former latter other previous earlier
+above mentioned finding github available availability open source release released experimental evaluate evaluates
+evaluated evaluating measure measured test tested testing weakness drawback downside downsides strength advantage
+disadvantage disadvantages pros cons novel main key core central perform performs accurate efficient efficiency
+costs expensive cheap cheaper fast faster slow slower better best worse worst good bad improve improves improvement
+improvements outperform outperforms compare compared comparison comparisons difference differences differ similar
+similarity versus train trained hyperparameter hyperparameters setting assumption application future problem
+problems goal goals motivation task tasks scale scalability scalable memory size large small larger smaller tell
+explain elaborate detail details more else example examples mean means meaning summary summarize summarise describe
+say says said mention mentions cite cited please thanks thank ok okay really sure exactly yes further again briefly
+simply simple terms way ways year years published publish venue conference journal me new newer
 """
+    )
+)
 MIN_DOCS_FOR_STATS = 10  # below this, document frequencies say nothing about which words are common
 
 
 @lru_cache(maxsize=1)
 def _chat_stems() -> frozenset[str]:
-    words = _CHAT_WORDS.split() + sorted(QUERY_BOILERPLATE)
+    words = sorted(_CHAT_WORDS | QUERY_BOILERPLATE)
     return frozenset(t for w in words for t in keyword_tokens(w))
 
 
