@@ -24,7 +24,7 @@ import markupsafe
 from rag_papers import __version__
 from rag_papers.corpus import Paper, plain_text
 from rag_papers.retrieve import Hit
-from rag_papers.ui.refs import PaperInfo, paper_info, reference_line
+from rag_papers.ui.refs import PaperInfo, first_sentence, paper_info, reference_line
 from rag_papers.ui.state import Exchange, UIState
 
 _CITE_RE = re.compile(r"\[(\d+)\]")
@@ -283,8 +283,8 @@ def cite_cards(state: UIState | None) -> str:
     entries = []
     for index, ex in enumerate(state.exchanges if state is not None else []):
         for it in ex.items:
-            first = re.split(r"(?<=[.!?])\s+", plain_text(it.passage).strip(), maxsplit=1)[0]
-            entries.append((f"{index}-{it.n}", it.n, it.title, clip(first, 180), f"{it.score:.3f}"))
+            first = first_sentence(it.passage, 180)
+            entries.append((f"{index}-{it.n}", it.n, it.title, first, f"{it.score:.3f}"))
     return _macro("cards.html", "store", entries)
 
 
