@@ -16,6 +16,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,18 +72,26 @@ def _copy_home(seeds_home: Path, tmp_path_factory: pytest.TempPathFactory, name:
     return home
 
 
+@contextmanager
+def app_over_seeds(
+    seeds_home: Path, embedder: object, tmp_path_factory: pytest.TempPathFactory, name: str, **overrides: Any
+) -> Iterator[Served]:
+    """The app over a private copy of the seeds index (a module's server fixture), closed on the way out."""
+    served = _serve(_copy_home(seeds_home, tmp_path_factory, name), embedder, **overrides)
+    try:
+        yield served
+    finally:
+        served.app.close()
+
+
 @pytest.fixture(scope="module")
 def server(seeds_home: Path, embedder: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     """The app over the seeds, no LLM reachable: answers are extractive."""
     # source_min_ratio=0: every top-5 paper is a source, so the panel has several to switch between.
-    served = _serve(
-        _copy_home(seeds_home, tmp_path_factory, "ui_home"),
-        embedder,
-        ollama_host="http://127.0.0.1:9",
-        source_min_ratio=0.0,
-    )
-    yield served
-    served.app.close()
+    with app_over_seeds(
+        seeds_home, embedder, tmp_path_factory, "ui_home", ollama_host="http://127.0.0.1:9", source_min_ratio=0.0
+    ) as served:
+        yield served
 
 
 @pytest.fixture(scope="module")
@@ -96,11 +105,10 @@ def stub_server(
     stub: OllamaStub, seeds_home: Path, embedder: object, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Served]:
     """The app answering with "Ollama" (the stub), chosen explicitly as ``--llm ollama``."""
-    served = _serve(
-        _copy_home(seeds_home, tmp_path_factory, "ui_stub_home"), embedder, ollama_host=stub.url, llm="ollama"
-    )
-    yield served
-    served.app.close()
+    with app_over_seeds(
+        seeds_home, embedder, tmp_path_factory, "ui_stub_home", ollama_host=stub.url, llm="ollama"
+    ) as served:
+        yield served
 
 
 @pytest.fixture(autouse=True)

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from conftest import VIEWPORTS
 from ollama_stub import OllamaStub
-from test_ui import BOT, STUB_MODEL, STUB_REPLY, Served, _copy_home, _serve, ask, open_app
+from test_ui import BOT, STUB_MODEL, STUB_REPLY, Served, app_over_seeds, ask, open_app
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:.*no_silent_downcasting:DeprecationWarning",
@@ -25,11 +25,8 @@ pytestmark = pytest.mark.filterwarnings(
 
 @pytest.fixture(scope="module")
 def server(seeds_home: Path, embedder: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    served = _serve(
-        _copy_home(seeds_home, tmp_path_factory, "everyday_home"), embedder, ollama_host="http://127.0.0.1:9"
-    )
-    yield served
-    served.app.close()
+    with app_over_seeds(seeds_home, embedder, tmp_path_factory, "everyday_home", ollama_host="http://127.0.0.1:9") as s:
+        yield s
 
 
 def keyword_box(page: Any) -> Any:
@@ -219,10 +216,10 @@ def llm_server(
     llm_stub: OllamaStub, seeds_home: Path, embedder: object, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Served]:
     """The app answering through the Ollama stand-in (``--llm ollama``)."""
-    home = _copy_home(seeds_home, tmp_path_factory, "everyday_llm_home")
-    served = _serve(home, embedder, ollama_host=llm_stub.url, llm="ollama")
-    yield served
-    served.app.close()
+    with app_over_seeds(
+        seeds_home, embedder, tmp_path_factory, "everyday_llm_home", ollama_host=llm_stub.url, llm="ollama"
+    ) as served:
+        yield served
 
 
 @pytest.mark.browser
@@ -266,10 +263,10 @@ def test_waiting_says_what_is_happening_with_a_running_clock(llm_server: Served,
 @pytest.fixture(scope="module")
 def demo_server(seeds_home: Path, embedder: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     """The app started with ``--llm llamacpp`` and no model named: the packaged SmolLM2 answers."""
-    home = _copy_home(seeds_home, tmp_path_factory, "everyday_demo_home")
-    served = _serve(home, embedder, ollama_host="http://127.0.0.1:9", llm="llamacpp")
-    yield served
-    served.app.close()
+    with app_over_seeds(
+        seeds_home, embedder, tmp_path_factory, "everyday_demo_home", ollama_host="http://127.0.0.1:9", llm="llamacpp"
+    ) as served:
+        yield served
 
 
 @pytest.mark.browser

@@ -14,7 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from test_ui import BOT, Served, _copy_home, _serve, ask, open_app
+from test_ui import BOT, Served, app_over_seeds, ask, open_app
 
 from rag_papers.llm import ExtractiveBackend
 
@@ -32,11 +32,8 @@ TURNS = (
 
 @pytest.fixture(scope="module")
 def server(seeds_home: Path, embedder: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    served = _serve(
-        _copy_home(seeds_home, tmp_path_factory, "history_home"), embedder, ollama_host="http://127.0.0.1:9"
-    )
-    yield served
-    served.app.close()
+    with app_over_seeds(seeds_home, embedder, tmp_path_factory, "history_home", ollama_host="http://127.0.0.1:9") as s:
+        yield s
 
 
 def reload(page: Any) -> None:

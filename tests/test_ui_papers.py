@@ -18,7 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from test_ui import BOT, Served, _copy_home, _serve, ask, open_app
+from test_ui import BOT, Served, _copy_home, _serve, app_over_seeds, ask, open_app
 from test_ui_safety import Markup, _choose
 
 from rag_papers.config import Settings
@@ -71,9 +71,8 @@ def small_pages() -> Iterator[None]:
 def seeds_app(
     small_pages: None, seeds_home: Path, embedder: object, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Served]:
-    served = _serve(_copy_home(seeds_home, tmp_path_factory, "papers_home"), embedder, ollama_host="http://127.0.0.1:9")
-    yield served
-    served.app.close()
+    with app_over_seeds(seeds_home, embedder, tmp_path_factory, "papers_home", ollama_host="http://127.0.0.1:9") as s:
+        yield s
 
 
 def _ingest_extra(home: Path, embedder: object) -> None:
