@@ -432,12 +432,13 @@ def _first_time(settings: Settings, notice: str) -> bool:
     Ollama server, holds until the setup changes: said once, not above every answer (the footer names the
     backend each time). A data directory that cannot be written to shows it every time."""
     seen = settings.home / "notices-shown.txt"
+    line = " ".join(notice.split())  # kept one a line: compared as it is written
     try:
-        if notice in (seen.read_text(encoding="utf-8").splitlines() if seen.is_file() else []):
+        if line in (seen.read_text(encoding="utf-8").splitlines() if seen.is_file() else []):
             return False
         seen.parent.mkdir(parents=True, exist_ok=True)
         with seen.open("a", encoding="utf-8") as fh:
-            fh.write(notice.replace("\n", " ") + "\n")
+            fh.write(line + "\n")
     except OSError:
         pass
     return True
