@@ -389,7 +389,7 @@ def cmd_repair(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from rag_papers.corpus import plain_text  # what is printed for a reader: LaTeX and Markdown rendered
+    from rag_papers.corpus import clip, plain_text  # what is printed for a reader: LaTeX and Markdown rendered
 
     queries = list(args.queries)
     for n, q in enumerate(queries, 1):
@@ -422,7 +422,7 @@ def cmd_search(args: argparse.Namespace) -> int:
                 score = f"{DIM}{score}{RESET}"
             # Sanitised piece by piece: the only escape codes printed are the two above.
             print(f"{rank:>2}. {score}  {_safe(plain_text(h.title))}  [{_safe(h.id)}]")
-            print(_safe(f"      {_clip(plain_text(h.passage), 160)}"))
+            print(_safe(f"      {clip(plain_text(h.passage), 160)}"))
         print()
     return 0
 
@@ -488,6 +488,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 def _print_unsupported(answer: Any) -> None:
     """The claims the cited abstracts do not back, each with the closest sentence they hold."""
+    from rag_papers.corpus import clip
+
     bad = answer.unsupported
     if not bad:
         return
@@ -495,10 +497,10 @@ def _print_unsupported(answer: Any) -> None:
     print(f"\nNot supported by the sources it cites ({len(bad)} of {len(answer.claims)} claims):")
     for c in bad:
         cites = "".join(f"[{numbers[i]}]" for i in c.citations if i in numbers)
-        print(_safe(f"  ! {_clip(c.text, 160)} {cites or '(cites nothing)'}"))
+        print(_safe(f"  ! {clip(c.text, 160)} {cites or '(cites nothing)'}"))
         if c.evidence:
             n = numbers.get(c.evidence["id"], "?")
-            print(_safe(f"      closest in [{n}] (support {c.support:.2f}): {_clip(c.evidence['sentence'], 160)}"))
+            print(_safe(f"      closest in [{n}] (support {c.support:.2f}): {clip(c.evidence['sentence'], 160)}"))
 
 
 def cmd_papers(args: argparse.Namespace) -> int:
@@ -594,9 +596,10 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_synth(args: argparse.Namespace) -> int:
+    from rag_papers.config import load_settings
     from rag_papers.synth import run
 
-    return run(args)
+    return run(args, load_settings().home)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -620,16 +623,12 @@ COMMANDS = {
 }
 
 
-def _clip(text: str, n: int) -> str:
-    return text if len(text) <= n else text[: n - 1].rstrip() + "…"
-
-
 def _error(message: str) -> None:
     """The one stderr line of a failure: controls stripped, newlines folded, length bounded."""
-    from rag_papers.corpus import safe_text
+    from rag_papers.corpus import clip, safe_text
 
     line = " ".join(safe_text(message, newlines=False).split())
-    print(f"rag-papers: error: {_clip(line, 1000)}", file=sys.stderr)
+    print(f"rag-papers: error: {clip(line, 1000)}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -650,7 +649,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a bug or a library failure nobody anticipated: one line, never a traceback
         if debug:
             traceback.print_exc()
-        what = _clip(" ".join(str(exc).split()), 300)
+        from rag_papers.corpus import clip
+
+        what = clip(str(exc), 300)
         _error(
             f"unexpected {type(exc).__name__}: {what}" + ("" if debug else " (rerun with --debug for the traceback)")
         )

@@ -32,13 +32,7 @@ SCHEMA_VERSION = 1
 MAX_ANSWER_TOKENS = 2048
 
 
-def default_home() -> Path:
-    """Per-user data dir (XDG), overridable with RAG_PAPERS_HOME."""
-    env = os.environ.get("RAG_PAPERS_HOME")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "rag-papers"
+default_home = paths.default_home  # in paths.py: the light entry points (synth) need it without pydantic
 
 
 def user_model_cache() -> Path:

@@ -23,6 +23,16 @@ from rag_papers import RagPapersError
 
 MAX_ABSTRACT_CHARS = 20_000
 MIN_ABSTRACT_WORDS = 5
+# Every value is checked against these before anything is written (``check_values``): a value the
+# registry cannot store (a year past SQLite's 64-bit INTEGER), or one no real paper has, is an
+# error in the input, found in the validating pass rather than by a write halfway through.
+MIN_YEAR, MAX_YEAR = 1000, 2200
+MAX_ID_CHARS = 256
+MAX_TITLE_CHARS = 2_000
+MAX_VENUE_CHARS = 500
+MAX_URL_CHARS = 2_048
+MAX_AUTHORS = 5_000  # collaborations of a few thousand authors exist; more is a broken record
+MAX_AUTHOR_CHARS = 500
 SUPPORTED_SUFFIXES = (".txt", ".jsonl", ".csv")
 
 
@@ -773,11 +783,15 @@ def _record_from_mapping(path: Path, lineno: int, obj: dict[str, Any]) -> RawRec
         raise CorpusError(f"{path}:{lineno}: record has no 'abstract' text")
     year_raw = obj.get("year")
     year: int | None = None
+    if isinstance(year_raw, float) and year_raw.is_integer():
+        year_raw = int(year_raw)  # 2024.0: a spreadsheet's way of writing a year
     if year_raw not in (None, ""):
         try:
+            if isinstance(year_raw, bool) or not isinstance(year_raw, int | str):
+                raise ValueError
             year = int(str(year_raw).strip())
         except ValueError:
-            raise CorpusError(f"{path}:{lineno}: 'year' must be a number, got {year_raw!r}") from None
+            raise CorpusError(f"{path}:{lineno}: 'year' must be a whole number, got {clip_repr(year_raw)}") from None
     authors = obj.get("authors")
     if isinstance(authors, str):
         authors = re.split(r";|\band\b|,", authors)
@@ -788,7 +802,11 @@ def _record_from_mapping(path: Path, lineno: int, obj: dict[str, Any]) -> RawRec
 
     def text(key: str, clean: Callable[[str], str] = normalise) -> str | None:
         v = obj.get(key)
-        return clean(str(v)) or None if v not in (None, "") else None
+        if v in (None, ""):
+            return None
+        if isinstance(v, bool) or not isinstance(v, str | int):  # a list or an object is not a title or an id
+            raise CorpusError(f"{path}:{lineno}: {key!r} must be text, got {type(v).__name__}")
+        return clean(str(v)) or None
 
     return RawRecord(
         abstract=abstract,
@@ -878,10 +896,47 @@ def read_file(path: Path) -> Iterator[RawRecord]:
     reader = read_jsonl if suffix == ".jsonl" else read_csv if suffix == ".csv" else read_seeds
     count = 0
     for rec in reader(path):
+        check_values(rec)
         count += 1
         yield rec
     if count == 0:
         raise CorpusError(f"{path}: no abstracts found")
+
+
+def clip(text: str, n: int) -> str:
+    """``text`` on one line, cut to ``n`` characters with an ellipsis (the one clipping rule of the package)."""
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1].rstrip() + "…"
+
+
+def clip_repr(value: object, n: int = 40) -> str:
+    """A value as an error message shows it: its repr, clipped (a 1 MB value is not echoed)."""
+    return clip(repr(value), n)
+
+
+def check_values(rec: RawRecord) -> None:
+    """Refuse a record with a value no real paper has, whatever reader produced it (one ``CorpusError`` line).
+
+    Every reader's records pass through here in the validating pass, so a value the registry
+    cannot hold fails there and never halfway through the writes.
+    """
+    where = rec.source
+
+    def too_long(what: str, value: str | None, limit: int) -> None:
+        if value is not None and len(value) > limit:
+            raise CorpusError(f"{where}: {what} is {len(value):,} characters; at most {limit:,} allowed")
+
+    if rec.year is not None and not MIN_YEAR <= rec.year <= MAX_YEAR:
+        raise CorpusError(f"{where}: year {clip_repr(rec.year)} is out of range ({MIN_YEAR} to {MAX_YEAR})")
+    too_long("id", rec.id, MAX_ID_CHARS)
+    too_long("title", rec.title, MAX_TITLE_CHARS)
+    too_long("venue", rec.venue, MAX_VENUE_CHARS)
+    too_long("url", rec.url, MAX_URL_CHARS)
+    if rec.authors is not None:
+        if len(rec.authors) > MAX_AUTHORS:
+            raise CorpusError(f"{where}: {len(rec.authors):,} authors; at most {MAX_AUTHORS:,} allowed")
+        for name in rec.authors:
+            too_long("an author's name", name, MAX_AUTHOR_CHARS)
 
 
 def to_paper(rec: RawRecord) -> Paper:

@@ -12,6 +12,8 @@ collections; one added to an existing index is caught up by the same reconciliat
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sqlite3
 import sys
 import time
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rag_papers import RagPapersError
 from rag_papers.config import SCHEMA_VERSION, Settings
 from rag_papers.corpus import (
     CorpusError,
@@ -528,13 +531,13 @@ class Ingester:
             self.db.commit()  # only the temp tables were written
         self.index.kw_store.lock()  # a second writer is refused here, before anything is written
         if self.index._embedder is None:
-            # The model must be at hand before anything is written (a rebuild drops the index) or a
-            # progress bar drawn: a hub name that cannot be fetched, a missing package, stops here.
+            # The model must be at hand before anything is written or a progress bar drawn: a hub
+            # name that cannot be fetched, a missing package, stops here.
             from rag_papers.embedding import resolve_model_path
 
             resolve_model_path(self.settings.embed_model, self.settings.models_dir)
         if rebuild:
-            self.clear()
+            return self._rebuild_beside(files, show_progress, t0)
         self.index.check_model()
         # Vectors are derived data: a store that cannot be read is set aside and rebuilt, and
         # registered papers it lacks (a switched store, a folder deleted by hand) are embedded
@@ -600,6 +603,56 @@ class Ingester:
         report.total = self.index.count()
         report.seconds = round(time.perf_counter() - t0, 3)
         return report
+
+    def _rebuild_beside(self, files: list[Path], show_progress: bool, t0: float) -> IngestReport:
+        """``ingest --rebuild``: build the new index in a staging folder beside this one, then swap it in.
+
+        Until the swap the old index is untouched and answers as before: a kill, a full disk or
+        any failure while building costs only the staging folder (removed by the next rebuild).
+        The swap itself: one registry transaction replaces every row with the staging registry's
+        (readers see the old papers or the new, and notice through ``vector_epoch``), then the
+        vector store is swapped and the keyword index rebuilt from the registry. A kill between
+        the two leaves a registry whose derived stores disagree with it, which ``ingest`` and
+        ``repair`` rebuild from the registry like any other gap.
+        """
+        remove_stale_staging(self.settings)
+        stage_settings = staging_settings(self.settings)
+        shutil.rmtree(stage_settings.home, ignore_errors=True)
+        from rag_papers.index import Index
+
+        stage = Index(stage_settings, self.index._embedder, embedder2=self.index._embedder2)
+        try:
+            report = stage.ingest(files, rebuild=False, show_progress=show_progress)
+            self.notes.extend(stage.notes)
+            self.index._embedder, self.index._embedder2 = stage._embedder, stage._embedder2
+        finally:
+            stage.close()
+        self._swap_in(stage_settings)
+        shutil.rmtree(stage_settings.home, ignore_errors=True)
+        report.total = self.index.count()
+        report.seconds = round(time.perf_counter() - t0, 3)
+        return report
+
+    def _swap_in(self, stage: Settings) -> None:
+        """Replace this index's contents with the staging index's (``_rebuild_beside``)."""
+        with self._registry_write():
+            self.db.execute("ATTACH DATABASE ? AS staging", (str(stage.db_path),))
+            try:
+                with self.db:
+                    for table in ("papers", "sources", "chunks", "pending", "meta"):
+                        cols = ", ".join(r[1] for r in self.db.execute(f"PRAGMA staging.table_info({table})"))
+                        self.db.execute(f"DELETE FROM main.{table}")
+                        self.db.execute(f"INSERT INTO main.{table} ({cols}) SELECT {cols} FROM staging.{table}")
+                    self.db.execute(
+                        "INSERT OR REPLACE INTO main.meta VALUES ('vector_epoch', ?)", (f"{time.time():.6f}",)
+                    )
+            finally:
+                self.db.execute("DETACH DATABASE staging")
+        self.index.forget_counts()
+        self.index.vectors.adopt(VectorStore(stage))
+        # The keyword index is rebuilt from the registry in one commit (readers see old or new), not
+        # swapped as a folder: this process holds its writer, and other processes keep it open.
+        self._sync_keyword(force=True)
 
     def _drop_unfinished(self) -> None:
         """Delete vectors a killed ingest wrote for papers it never registered.
@@ -685,17 +738,58 @@ class Ingester:
         self.index.kw_store.clear()
         self.index.forget_counts()
 
-    def _sync_keyword(self, show_progress: bool = False) -> None:
+    def _sync_keyword(self, show_progress: bool = False, force: bool = False) -> None:
         """Before a write: rebuild the keyword index from the registry if the two disagree (``sync_keyword``)."""
         with self._registry_write():
             drop_old_keyword_tables(self.db)
-        sync_keyword(self.index, self.db, show_progress)
+        sync_keyword(self.index, self.db, show_progress, force)
         self.index.forget_counts()
 
 
-def sync_keyword(index: Index, db: sqlite3.Connection, show_progress: bool = False) -> bool:
+STAGING_PREFIX = ".rebuild-"
+
+
+def staging_settings(settings: Settings) -> Settings:
+    """Where ``ingest --rebuild`` builds: a folder in the data directory (the same file system, so
+    space is counted where it is used), this process's id in its name; on a Chroma server, collections
+    named after it. The model cache is pinned: a data directory's own older cache is not the staging's."""
+    pid = os.getpid()
+    update: dict[str, Any] = {"home": settings.home / f"{STAGING_PREFIX}{pid}", "model_cache": settings.models_dir}
+    if settings.chroma_url:
+        update["collection"] = f"{settings.collection}-rb{pid}"
+    return settings.model_copy(update=update)
+
+
+def remove_stale_staging(settings: Settings) -> None:
+    """Remove what rebuilds that were killed left behind: staging folders whose process is gone."""
+    for folder in settings.home.glob(f"{STAGING_PREFIX}*"):
+        pid = folder.name.removeprefix(STAGING_PREFIX)
+        if pid.isdigit() and not _alive(int(pid)):
+            if settings.chroma_url:
+                stale = VectorStore(settings.model_copy(update={"collection": f"{settings.collection}-rb{pid}"}))
+                try:
+                    stale.drop()
+                except RagPapersError:
+                    pass  # the server is away: its leftover collections go with a later rebuild
+                finally:
+                    stale.close()
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process of that number
+        return True
+    return True
+
+
+def sync_keyword(index: Index, db: sqlite3.Connection, show_progress: bool = False, force: bool = False) -> bool:
     """Rebuild ``index``'s tantivy keyword index from the registry's titles and abstracts unless it
-    holds exactly the registry's papers, tokenised as today (True when it rebuilt). The caller holds
+    holds exactly the registry's papers, tokenised as today (True when it rebuilt; ``force``: whatever
+    it holds, as after a rebuild's swap, whose papers may have the old ones' numbers). The caller holds
     the keyword writer.
 
     They disagree after a kill between the keyword commit and the registry's, after a removal
@@ -705,7 +799,7 @@ def sync_keyword(index: Index, db: sqlite3.Connection, show_progress: bool = Fal
     kw = index.kw_store
     version = db.execute("SELECT value FROM meta WHERE key = 'keyword_version'").fetchone()
     want = index.keyword_state()
-    if kw.state() == want and version is not None and version[0] == KEYWORD_VERSION:
+    if not force and kw.state() == want and version is not None and version[0] == KEYWORD_VERSION:
         return False
     progress = progress_bar(want[0], "keyword index", show_progress and want[0] > 0)
 

@@ -8,6 +8,7 @@ No pydantic here: ``synth`` and ``bench`` import this from their light entry poi
 
 from __future__ import annotations
 
+import os
 from importlib import resources
 from pathlib import Path
 
@@ -47,3 +48,18 @@ def checkout_eval_dir() -> Path | None:
     """
     folder = PROJECT_ROOT / "eval"
     return folder if (PROJECT_ROOT / "pyproject.toml").is_file() and folder.is_dir() else None
+
+
+def default_home() -> Path:
+    """Per-user data dir (XDG), overridable with RAG_PAPERS_HOME (the ``home`` setting's default)."""
+    env = os.environ.get("RAG_PAPERS_HOME")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "rag-papers"
+
+
+def load_words(name: str) -> frozenset[str]:
+    """A word list shipped in the package (``rag_papers/words/NAME.txt``): one word a line, ``#`` comments."""
+    text = (resources.files(PACKAGE) / "words" / f"{name}.txt").read_text(encoding="utf-8")
+    return frozenset(w for line in text.splitlines() if (w := line.split("#", 1)[0].strip()))

@@ -22,7 +22,7 @@ from rag_papers import RagPapersError
 from rag_papers.config import Settings
 from rag_papers.corpus import Paper, safe_text
 from rag_papers.index import Index
-from rag_papers.keyword import BM25_K1, lucene_idf, useful_terms
+from rag_papers.keyword import BM25_K1, keyword_tokens, lucene_idf, paper_text, useful_terms
 
 
 @dataclass
@@ -92,6 +92,10 @@ def combine_dense(per_model: list[list[DenseHit]]) -> list[DenseHit]:
 
 
 # Words that say "I am asking about papers", not what about: dropped from keyword queries.
+# Under filters, a query word found in no paper read so far is looked up among at most this many papers
+# that contain it to see whether any passes the filters (``Retriever._coverage_within``).
+FILTERED_TERM_SCAN = 500
+
 QUERY_BOILERPLATE = frozenset(
     [
         "paper",
@@ -282,6 +286,8 @@ class SearchResult:
     # they cannot match at all). Then "the abstracts don't cover this" would be the wrong message.
     filtered_out: bool = False
     filter_reason: str | None = None  # what excluded them, in words, when ``filtered_out``
+    # The hits that reach the relevance floor on their own (a "which papers" answer lists each of them).
+    above_floor: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -407,6 +413,10 @@ class Retriever:
         texts = self.index.passages(list(chunk_of.values()), {h.id: h.title for h in hits})
         for h in hits:
             h.passage = texts.get(chunk_of.get(h.id, "")) or _first_sentences(papers[h.id].abstract)
+        if filters.active() and hits and mode != "dense":
+            # Relevance is decided on the papers the filters keep: a word only filtered-out papers
+            # contain is not known to this search (what ABBA claims is no question for BAM).
+            coverage = self._coverage_within(query, filters, papers)
         relevance = round(self.relevance(hits, coverage), 4)  # decided on the value reported
         # Nothing left because of the filters: candidates were turned away, or the vector store's
         # filter (year, venue) matched no vector at all in a non-empty index.
@@ -426,6 +436,7 @@ class Retriever:
             relevance,
             filtered_out=excluded,
             filter_reason=self.filter_reason(filters) if excluded else None,
+            above_floor=[h.id for h in hits if self.relevance([h], coverage) >= self.floor()],
         )
 
     def filter_reason(self, filters: Filters) -> str:
@@ -477,6 +488,49 @@ class Retriever:
             for pid, score in self.index.keyword_terms(terms, pool):
                 keyword[pid] = min(1.0, score / mass)
         return keyword, coverage, _ms(t0)
+
+    def _coverage_within(self, query: str, filters: Filters, seen: dict[str, Paper]) -> float:
+        """``coverage`` counting a word as known only when a paper the filters keep contains it.
+
+        The papers already read (``seen``) answer for most words; a word none of them has is
+        looked up in the keyword index, among its papers (at most ``FILTERED_TERM_SCAN``). A word
+        in more papers than that counts as known: one of them almost surely passes, and so
+        common a word weighs little in the coverage anyway.
+        """
+        n_docs, stats = self.index.term_stats(keyword_query(query))
+        if not stats or not n_docs:
+            return 0.0
+        idf = {t: lucene_idf(n_docs, df) for t, df in stats}
+        every = sum(v * v for v in idf.values())
+        kept_docs = [set(paper_text(p.title, p.abstract).split()) for p in seen.values() if filters.accepts(p)]
+        kept = set().union(*kept_docs)
+        # A name of several words ("Meta-PlanGPT-2") is known only whole: a kept paper naming another
+        # PlanGPT does not know this one, and each of its words counts as unknown.
+        from rag_papers.coverage import split_question
+
+        unknown: set[str] = set()
+        for name in split_question(query)[0]:
+            stems = [t for t in keyword_tokens(name) if t in idf]
+            if len(stems) > 1 and not self._kept_paper_has(stems, filters, kept_docs):
+                unknown.update(stems)
+        known = 0.0
+        for term, df in stats:
+            if term in unknown or not df:
+                continue
+            if term in kept or df > FILTERED_TERM_SCAN or self._kept_paper_has([term], filters):
+                known += idf[term] ** 2
+        return known / every if every else 0.0
+
+    def _kept_paper_has(self, stems: list[str], filters: Filters, read: list[set[str]] | None = None) -> bool:
+        """Whether a paper the filters keep has every one of ``stems`` (the papers ``read`` first, then the
+        keyword index's best ``FILTERED_TERM_SCAN`` for them)."""
+        if any(all(t in doc for t in stems) for doc in read or []):
+            return True
+        ids = [pid for pid, _ in self.index.keyword_terms(stems, FILTERED_TERM_SCAN)]
+        return any(
+            filters.accepts(p) and all(t in set(paper_text(p.title, p.abstract).split()) for t in stems)
+            for p in self.index.get(ids).values()
+        )
 
     def relevance(self, hits: list[Hit], coverage: float = 1.0) -> float:
         """Evidence, not an LLM: the score that must reach ``floor()`` for a result to count as relevant.

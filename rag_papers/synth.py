@@ -754,12 +754,19 @@ def sample_queries(n: int, seed: int = 0) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from rag_papers import RagPapersError
+    from rag_papers.paths import default_home
+
     p = argparse.ArgumentParser(
         prog="python -m rag_papers.synth", description=__doc__.splitlines()[0] if __doc__ else None
     )
     add_arguments(p)
     args = p.parse_args(argv)
-    return run(args)
+    try:
+        return run(args, default_home())
+    except RagPapersError as exc:
+        print(f"synth: error: {exc}", file=sys.stderr)
+        return 2
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -767,14 +774,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("out", type=Path, help="output .jsonl file")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--no-seeds", action="store_true", help="synthetic abstracts only")
+    p.add_argument("--force", action="store_true", help="overwrite OUT if it exists (never inside the data directory)")
 
 
-def run(args: argparse.Namespace) -> int:
+def check_target(out: Path, home: Path, force: bool) -> None:
+    """Refuse to write where a file would be lost: inside the data directory (its registry, its stores),
+    whatever ``force`` says, and over any existing file unless ``force``."""
+    from rag_papers import RagPapersError
+
+    target = out.resolve()
+    if target == home.resolve() or home.resolve() in target.parents:
+        raise RagPapersError(f"{out} is inside the data directory {home}: write the corpus somewhere else")
+    if out.exists() or out.is_symlink():
+        if out.is_dir():
+            raise RagPapersError(f"{out} is a directory: give a file name")
+        if not force:
+            raise RagPapersError(f"{out} exists: give another name, or --force to overwrite it")
+
+
+def run(args: argparse.Namespace, home: Path) -> int:
     import time
 
+    from rag_papers import RagPapersError
+
     if args.n < 1:
-        print("synth: N must be at least 1", file=sys.stderr)
-        return 2
+        raise RagPapersError("N must be at least 1")
+    check_target(Path(args.out), home, args.force)
     t0 = time.perf_counter()
     count = generate(args.n, args.out, args.seed, include_seeds=not args.no_seeds)
     dt = time.perf_counter() - t0

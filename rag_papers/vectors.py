@@ -427,6 +427,35 @@ class VectorStore:
         """
         self.close()
 
+    def adopt(self, staged: VectorStore) -> None:
+        """Take ``staged``'s collections as this store's, dropping this store's (``ingest --rebuild``'s swap).
+
+        Embedded: the staging folder is renamed into place (one rename; the old folder is removed
+        after). Server: this store's collections are deleted and the staged ones renamed to their names.
+        """
+        self.close()
+        staged.close()
+        if self.server:
+            client = self.client()
+            self.drop()
+            mine = self.names()
+            with self.guard("renaming the rebuilt collections"):
+                present = {getattr(c, "name", c) for c in client.list_collections()}
+                for which, name in staged.names().items():
+                    if name in present:
+                        client.get_collection(name, embedding_function=None).modify(name=mine[which])
+            self._cols.clear()
+            return
+        self._forget_system()
+        staged._forget_system()
+        src, dest = staged.settings.chroma_dir, self.settings.chroma_dir
+        old = staged.settings.home / "replaced-chroma"
+        if dest.exists():
+            os.replace(dest, old)
+        if src.exists():
+            os.replace(src, dest)
+        shutil.rmtree(old, ignore_errors=True)
+
     def move_aside(self) -> str:
         """Set an unreadable store aside so a fresh one can be built; returns what was done, for the user.
 

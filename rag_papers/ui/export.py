@@ -10,8 +10,8 @@ import re
 from datetime import datetime
 
 from rag_papers import __version__
-from rag_papers.corpus import plain_text
-from rag_papers.ui.render import clip, md_inert
+from rag_papers.corpus import clip, plain_text
+from rag_papers.ui.render import md_inert
 from rag_papers.ui.state import UIState
 
 _MD_CITE_RE = re.compile(r"\[(\d+)\](?!:)")  # "[n]:" would define a link, so it is escaped

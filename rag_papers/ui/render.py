@@ -22,7 +22,7 @@ import jinja2
 import markupsafe
 
 from rag_papers import __version__
-from rag_papers.corpus import Paper, plain_text
+from rag_papers.corpus import Paper, clip, plain_text
 from rag_papers.retrieve import Hit
 from rag_papers.ui.refs import PaperInfo, first_sentence, paper_info, reference_line
 from rag_papers.ui.state import Exchange, UIState
@@ -81,12 +81,6 @@ def _fixed(value: float, digits: int = 3) -> markupsafe.Markup:
 
 def _thousands(value: int) -> markupsafe.Markup:
     return markupsafe.Markup(f"{int(value):,}")
-
-
-def clip(text: str, n: int) -> str:
-    """``text`` on one line, cut to ``n`` characters with an ellipsis."""
-    text = " ".join(text.split())
-    return text if len(text) <= n else text[: n - 1].rstrip() + "…"
 
 
 @cache

@@ -1,0 +1,402 @@
+"""Question coverage: what a question asks about, and whether the retrieved abstracts address each part.
+
+A claim can be supported by the sentence it cites and still not answer what was asked: "and what
+about its limitations?" answered with ABBA's contribution, "what does DoRA report on GLUE?" with the
+nearest PEFT paper. So the question is split into its aspects:
+
+- the **names** it uses (methods, models, datasets, numbers: "DoRA", "GLUE", "ES-dLLM", "12%"),
+  matched as words. A name no indexed abstract contains at all (the keyword index's document
+  frequency is 0) is the strongest sign that the corpus does not answer the question;
+- the **facet** it asks for (limitations, results, data, a comparison, how or why). The first three
+  are covered only by a sentence that states them (``FACET_CUES``); a comparison by each compared
+  paper; how and why by meaning, like descriptions;
+- the **descriptions**, the other content words in phrases ("speculative decoding", "draft model"),
+  matched as words or by meaning: the phrase's sentence embedding against the abstracts' sentences,
+  as the claim check matches claims.
+
+Question boilerplate ("need", "want", "find", "paper", "method", "approach", ...) is never an aspect.
+The answer stage says the uncovered aspects first, in one line, and refuses when the central
+aspect is uncovered and nothing is close. The floors are fitted on eval/qa.jsonl's dev part
+(eval/coverage_study.py); docs/design-notes.md has the figures.
+
+Why our own and not a llama-index evaluator: those ask an LLM to judge relevancy after the fact;
+this runs without one, before the answer is written, so the no-LLM answer can say what is missing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from rag_papers.claims import sentences
+from rag_papers.corpus import STOPWORDS, plain_text
+from rag_papers.keyword import keyword_tokens, paper_text
+from rag_papers.paths import load_words
+
+TermStats = Callable[[list[str]], tuple[int, list[tuple[str, int]]]]  # ``Index.stem_stats``
+
+NAME, DESCRIPTION, FACET = "name", "description", "facet"
+LIMITATIONS, RESULTS, DATA, METHOD, COMPARISON, HOW, WHY = (
+    "limitations",
+    "results",
+    "data",
+    "method",
+    "comparison",
+    "how",
+    "why",
+)
+
+# What a question asks for, by its wording. Only the first match counts; comparison is decided by
+# ``comparison_sides`` (it needs two sides), how and why by the question's first word.
+FACET_ASKED: list[tuple[str, re.Pattern[str]]] = [
+    (
+        LIMITATIONS,
+        re.compile(
+            r"\b(?:limitations?|limits|weakness(?:es)?|drawbacks?|shortcomings?|downsides?|caveats?|"
+            r"failure (?:modes?|cases?)|where (?:does|do) (?:it|they|\w+) fail|cons\b|disadvantages?)",
+            re.I,
+        ),
+    ),
+    (
+        DATA,
+        re.compile(
+            r"\b(?:data ?sets?|benchmarks?|corpora|corpus|what data|which data|training data|evaluat\w* on|"
+            r"test(?:ed)? on|trained on|experiments? on)\b",
+            re.I,
+        ),
+    ),
+    (
+        RESULTS,
+        re.compile(
+            r"\b(?:results?|findings?|how (?:well|much|fast|many|large|big)|by how much|performance|accuracy|"
+            r"speed-?ups?|improvements?|gains?|numbers?|outperform\w*|beat|better than|state[- ]of[- ]the[- ]art)\b",
+            re.I,
+        ),
+    ),
+]
+# A sentence of an abstract that states each facet (the facet is covered when a source has one).
+FACET_CUES: dict[str, re.Pattern[str]] = {
+    LIMITATIONS: re.compile(
+        r"\b(?:limitations?|limited to|fails?\b|failure|cannot|can't|does not (?:scale|generali[sz]e|apply)|"
+        r"struggles?|drawbacks?|weakness|only (?:applies|works|holds)|restricted to|at the (?:cost|expense) of|"
+        r"trade-?offs?|future work|remains? (?:challenging|difficult|open)|leave[s]? .{0,40} (?:open|future))",
+        re.I,
+    ),
+    DATA: re.compile(
+        r"\b(?:data ?sets?|benchmarks?|corpus|corpora|suite|collected|trained on|evaluat\w* on|experiments? on|"
+        r"tested on|tasks?\b|[A-Z][A-Za-z]*[A-Z0-9][A-Za-z0-9-]*(?:-\d+[A-Za-z]*)?)",
+    ),
+    RESULTS: re.compile(
+        r"\d|\b(?:outperform\w*|improv\w*|achiev\w*|surpass\w*|state[- ]of[- ]the[- ]art|reduc\w*|faster|"
+        r"speed-?ups?|gains?|better|superior|competitive|matches|exceed\w*|higher|lower)\b",
+        re.I,
+    ),
+}
+# "How does X compare with Y", "X vs. Y", "difference between X and Y", "is X better than Y".
+_COMPARE = re.compile(
+    r"\b(?:compare[sd]?|comparison|versus|vs\.?|differ(?:s|ence|ences)?|contrast|relate[sd]? to|"
+    r"better than|worse than|similar to)\b",
+    re.I,
+)
+# Question boilerplate: never an aspect (rag_papers/words/boilerplate.txt), with the retrieve stage's query
+# boilerplate and the stop words.
+BOILERPLATE = load_words("boilerplate")
+# What is left of a name or phrase once these are dropped says nothing of its own.
+_QUESTION_WORDS = frozenset(["what", "which", "who", "whom", "whose", "how", "why", "when", "where", "whether"])
+_TOKEN = re.compile(r"\d+(?:\.\d+)?%|[^\W_](?:[\w.+'/-]*[^\W_])?")
+_CAPS = re.compile(r"[A-Z]")
+
+
+@dataclass
+class Aspect:
+    """One thing a question asks about, and whether the sources address it."""
+
+    text: str  # as the user wrote it: "DoRA", "speculative decoding", "limitations"
+    kind: str  # NAME, DESCRIPTION or FACET
+    covered: bool = False
+    df: int | None = None  # names: the indexed papers that contain it (0: none does)
+    score: float = 0.0  # descriptions: the best cosine to a source sentence; names and facets: 1 when found
+    evidence: str | None = None  # the sentence that covers it, when one does
+    source: int | None = None  # the source (1-based) that covers it
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Coverage:
+    """A question's aspects and which the sources address (``check``)."""
+
+    aspects: list[Aspect] = field(default_factory=list)
+    facet: str | None = None  # LIMITATIONS, RESULTS, DATA, COMPARISON, HOW, WHY or None
+    sides: list[str] = field(default_factory=list)  # a comparison's two sides, as written
+    listing: bool = False
+
+    @property
+    def uncovered(self) -> list[Aspect]:
+        return [a for a in self.aspects if not a.covered]
+
+    @property
+    def central(self) -> Aspect | None:
+        """What the question is mainly about: its rarest name, else its first description."""
+        names = [a for a in self.aspects if a.kind == NAME]
+        if names:
+            return min(names, key=lambda a: a.df if a.df is not None else 1 << 30)
+        descs = [a for a in self.aspects if a.kind == DESCRIPTION]
+        return max(descs, key=lambda a: len(a.text)) if descs else None
+
+    def line(self) -> str | None:
+        """The one line said first: "The abstracts don't mention DoRA or GLUE"."""
+        missing = self.uncovered
+        if not missing:
+            return None
+        nowhere = [a for a in missing if a.kind == NAME and a.df == 0]
+        texts = [a.text for a in missing]
+        what = texts[0] if len(texts) == 1 else ", ".join(texts[:-1]) + " or " + texts[-1]
+        if len(nowhere) == len(missing):
+            return f"No indexed abstract mentions {what}"
+        return f"The abstracts don't mention {what}"
+
+
+# ------------------------------------------------------------------ splitting the question
+@lru_cache(maxsize=1)
+def _boiler_stems() -> frozenset[str]:
+    from rag_papers.retrieve import QUERY_BOILERPLATE
+
+    words = BOILERPLATE | QUERY_BOILERPLATE | STOPWORDS
+    return frozenset(t for w in words for t in keyword_tokens(w)) | frozenset(words)
+
+
+def _is_boiler(word: str) -> bool:
+    w = word.lower().strip("'")
+    if w in STOPWORDS or w in BOILERPLATE:
+        return True
+    stems = keyword_tokens(w)
+    return not stems or all(t in _boiler_stems() for t in stems)
+
+
+def _looks_like_name(word: str, first: bool) -> bool:
+    """A method, model, dataset or number: "DoRA", "GLUE", "ES-dLLM", "GPT-4", "Mamba" (not first), "12%"."""
+    if re.fullmatch(r"\d+(?:\.\d+)?%?", word):
+        return len(word) >= 2 and not re.fullmatch(r"(?:19|20)\d\d", word)  # a year is a filter, not a name
+    if len(_CAPS.findall(word)) >= 2 and not word.isupper() or (word.isupper() and len(word) >= 2):
+        return True
+    if re.search(r"[A-Za-z]", word) and re.search(r"\d", word):
+        return True
+    return word[:1].isupper() and not first and not _is_boiler(word)
+
+
+def split_question(question: str) -> tuple[list[str], list[str]]:
+    """(names, description phrases) of ``question``, each as written, in order, without repeats.
+
+    Adjacent name words make one name ("Gaussian Splatting"); a description phrase is a run of
+    content words between stop words, boilerplate and names ("speculative decoding").
+    """
+    q = plain_text(" ".join(question.split()))
+    words = [(m.group(), m.start()) for m in _TOKEN.finditer(q)]
+    names: list[str] = []
+    phrases: list[str] = []
+    run: list[str] = []
+    name_run: list[str] = []
+    sentence_start = True
+
+    def close_runs() -> None:
+        if run:
+            phrases.append(" ".join(run))
+            run.clear()
+        if name_run:
+            names.append(" ".join(name_run))
+            name_run.clear()
+
+    for i, (word, start) in enumerate(words):
+        first = sentence_start or i == 0
+        sentence_start = q[start + len(word) : start + len(word) + 1] in (".", "?", "!")
+        if _looks_like_name(word, first) and not (first and _is_boiler(word)):
+            if run:
+                phrases.append(" ".join(run))
+                run.clear()
+            name_run.append(word)
+            continue
+        if name_run:
+            names.append(" ".join(name_run))
+            name_run.clear()
+        if _is_boiler(word) or word.lower() in _QUESTION_WORDS:
+            if run:
+                phrases.append(" ".join(run))
+                run.clear()
+            continue
+        run.append(word)
+    close_runs()
+    return list(dict.fromkeys(names)), list(
+        dict.fromkeys(p for p in phrases if p.lower() not in {n.lower() for n in names})
+    )
+
+
+def asked_facet(question: str) -> str | None:
+    """The facet ``question`` asks for, by its wording (None: what the papers do in general)."""
+    if comparison_sides(question):
+        return COMPARISON
+    for facet, pattern in FACET_ASKED:
+        if pattern.search(question):
+            return facet
+    first = question.strip().lower().split(" ", 1)[0] if question.strip() else ""
+    if first == "why":
+        return WHY
+    if first == "how" and not re.match(r"\s*how (?:well|much|fast|many|large|big)\b", question, re.I):
+        return HOW
+    return None
+
+
+_SIDE_SPLIT = re.compile(r"\s*(?:\bwith\b|\bto\b|\band\b|\bvs\.?|\bversus\b|\bagainst\b|\bor\b|,)\s*", re.I)
+
+
+def comparison_sides(question: str) -> list[str]:
+    """The two things a comparison question compares, as written ("SWAX", "FlashLLA"), else [].
+
+    Two names around a comparison word: "How does SWAX compare with FlashLLA?", "ABBA vs LoRA",
+    "difference between BAM and ALiBi". A comparison with one named side ("how does ABBA compare
+    to prior work?") has one paper to read and is answered as a question about it.
+    """
+    cue = _COMPARE.search(question)
+    if not cue:
+        return []
+    names, _ = split_question(question)
+    at = [(question.find(n), n) for n in names]
+    before = [n for i, n in at if 0 <= i < cue.start()]
+    after = [n for i, n in at if i >= cue.end()]
+    if before and after:
+        return [before[-1], after[0]]  # "SWAX compare with FlashLLA", "ABBA vs LoRA"
+    if len(after) >= 2:
+        return after[:2]  # "the difference between BAM and ALiBi"
+    return []
+
+
+# ------------------------------------------------------------------ checking it against the sources
+@dataclass(frozen=True)
+class CoverageRules:
+    """Where an aspect counts as covered. Fitted on eval/qa.jsonl's dev part (eval/coverage_study.py)."""
+
+    describe_floor: float = 0.5  # a description phrase: its best cosine to a source sentence reaches this
+    word_share: float = 1.0  # ...or this share of its words are in one source's title and abstract
+    refuse_below: float = 0.3  # the central aspect uncovered and no quoted sentence this close: refused
+
+
+@dataclass
+class _Evidence:
+    """One aspect's evidence in each source (1-based): where a name or facet is found, how close a phrase is."""
+
+    aspect: Aspect
+    found: dict[int, str | None] = field(default_factory=dict)  # source -> sentence (None: found as words)
+    share: dict[int, float] = field(default_factory=dict)  # descriptions: source -> share of the words it has
+    cos: dict[int, tuple[float, str]] = field(default_factory=dict)  # descriptions: source -> (cosine, sentence)
+
+
+@dataclass
+class Analysis:
+    """A question's aspects with their evidence in each source: computed once, decided cheaply (``decide``)."""
+
+    question: str
+    facet: str | None
+    sides: list[str]
+    evidence: list[_Evidence]
+
+
+def analyse(
+    question: str,
+    sources: Sequence[tuple[str, str]],
+    embedder: Any,
+    names_df: Callable[[str], int] | None = None,
+    cache: dict[str, Any] | None = None,
+) -> Analysis:
+    """The aspects of ``question`` and their evidence in each of ``sources`` ((title, abstract) pairs).
+
+    ``names_df``: how many indexed papers contain a name's words (``Index.keyword_matches``'s count);
+    without it a name's document frequency is unknown. ``cache``: sentence embeddings to reuse.
+    """
+    names, phrases = split_question(question)
+    facet = asked_facet(question)
+    out = Analysis(question, facet, comparison_sides(question), [])
+    tokens = [set(paper_text(t, a).split()) for t, a in sources]
+    sents = [sentences(plain_text(a)) for _, a in sources]
+    for name in names:
+        stems = keyword_tokens(name)
+        if not stems:
+            continue
+        ev = _Evidence(Aspect(name, NAME, df=names_df(name) if names_df is not None else None))
+        ev.found = {n: None for n, toks in enumerate(tokens, 1) if all(t in toks for t in stems)}
+        out.evidence.append(ev)
+    phrase_stems = [(p, [t for t in keyword_tokens(p) if t not in _boiler_stems()]) for p in phrases]
+    phrase_stems = [(p, st) for p, st in phrase_stems if st]
+    sims = _phrase_sims([p for p, _ in phrase_stems], sents, embedder, cache)
+    for (phrase, stems), per_source in zip(phrase_stems, sims):
+        ev = _Evidence(Aspect(phrase, DESCRIPTION))
+        ev.share = {n: sum(t in toks for t in stems) / len(stems) for n, toks in enumerate(tokens, 1)}
+        ev.cos = per_source
+        out.evidence.append(ev)
+    if facet in FACET_CUES:
+        ev = _Evidence(Aspect(facet, FACET))
+        for n, ss in enumerate(sents, 1):
+            hit = next((x for x in ss if FACET_CUES[facet].search(x)), None)
+            if hit is not None:
+                ev.found[n] = hit
+        out.evidence.append(ev)
+    return out
+
+
+def decide(analysis: Analysis, read: Sequence[int], rules: CoverageRules | None = None) -> Coverage:
+    """Which aspects the sources numbered ``read`` (those the answer quotes, or all a model reads) address."""
+    rules = rules or CoverageRules()
+    cov = Coverage(facet=analysis.facet, sides=list(analysis.sides))
+    for ev in analysis.evidence:
+        a = Aspect(ev.aspect.text, ev.aspect.kind, df=ev.aspect.df)
+        if a.kind in (NAME, FACET):
+            n = next((n for n in read if n in ev.found), None)
+            if n is not None:
+                a.covered, a.score, a.source, a.evidence = True, 1.0, n, ev.found[n]
+        else:
+            share = max(((ev.share.get(n, 0.0), n) for n in read), default=(0.0, None))
+            close = max(((ev.cos[n][0], n) for n in read if n in ev.cos), default=(0.0, None))
+            a.score = close[0]
+            a.source = close[1]
+            a.evidence = ev.cos[close[1]][1] if close[1] is not None else None
+            if share[0] >= rules.word_share:
+                a.covered, a.source = True, share[1]
+            else:
+                a.covered = close[0] >= rules.describe_floor
+        cov.aspects.append(a)
+    return cov
+
+
+def facet_sentences(facet: str | None, text: str) -> list[str]:
+    """The sentences of ``text`` that state ``facet`` (``FACET_CUES``); [] for a facet with no test of its own."""
+    if facet not in FACET_CUES:
+        return []
+    return [s for s in sentences(plain_text(text)) if FACET_CUES[facet].search(s)]
+
+
+def _phrase_sims(
+    phrases: list[str], sents: list[list[str]], embedder: Any, cache: dict[str, Any] | None
+) -> list[dict[int, tuple[float, str]]]:
+    """Per phrase: source -> (cosine, sentence) of that source's sentence nearest the phrase in meaning."""
+    flat = [(n, s) for n, ss in enumerate(sents, 1) for s in ss]
+    if not phrases or not flat or embedder is None:
+        return [{} for _ in phrases]
+    import numpy as np
+
+    from rag_papers.claims import embed_cached
+
+    cache = {} if cache is None else cache
+    embed_cached([s for _, s in flat] + phrases, embedder, cache)
+    matrix = np.stack([np.asarray(cache[s]) for _, s in flat])
+    out: list[dict[int, tuple[float, str]]] = []
+    for phrase in phrases:
+        sims = matrix @ np.asarray(cache[phrase])
+        best: dict[int, tuple[float, str]] = {}
+        for (n, s), cos in zip(flat, sims):
+            if n not in best or cos > best[n][0]:
+                best[n] = (float(cos), s)
+        out.append(best)
+    return out
