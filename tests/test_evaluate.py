@@ -89,27 +89,43 @@ def test_eval_scores_every_config_and_writes_its_reports(seeded: Settings, tmp_p
 
 
 def test_the_committed_split_is_the_seeded_one_and_the_set_is_large_enough() -> None:
-    """eval/qa.jsonl's dev/test split is what ``assign_splits`` draws with the fixed seed, stratified by kind;
-    the questions the project was tuned on before the split (q001-q156) are all dev."""
+    """eval/qa.jsonl's dev/test split is what ``assign_splits`` draws with the fixed seed, stratified by kind, one
+    round at a time: the questions the project was tuned on before the split (q001-q156) are all dev, round 2
+    (q157-q426) was drawn alone, and round 3 was drawn after it without changing any earlier line's split."""
     rows = [json.loads(line) for line in QA.read_text().splitlines() if line.strip()]
-    tuned_before = [r for r in rows if int(r["id"][1:]) <= 156]
-    assert len(tuned_before) == 156 and all(r["split"] == "dev" for r in tuned_before)
-    redrawn = assign_splits(redrawn_without_split(rows), SPLIT_SEED)
-    assert [r["split"] for r in redrawn] == [r["split"] for r in rows]
-    assert [r["split"] for r in assign_splits(redrawn_without_split(rows), SPLIT_SEED + 1)] != [
-        r["split"] for r in rows
-    ]
-    new = [r for r in rows if int(r["id"][1:]) > 156]
-    for key, group in _groups(new).items():
-        assert abs(sum(r["split"] == "test" for r in group) - len(group) / 2) <= 0.5, key
+    rounds = [_round(r) for r in rows]
+    assert rounds == sorted(rounds) and set(rounds) == {1, 2, 3}  # appended round by round
+    assert all(r["split"] == "dev" for r in rows if _round(r) == 1) and rounds.count(1) == 156
+    for n in (2, 3):
+        upto = [r for r in rows if _round(r) <= n]
+        assert [r["split"] for r in assign_splits(redrawn_without_split(upto, n), SPLIT_SEED)] == [
+            r["split"] for r in upto
+        ], f"round {n}"
+        assert [r["split"] for r in assign_splits(redrawn_without_split(upto, n), SPLIT_SEED + 1)] != [
+            r["split"] for r in upto
+        ], f"round {n}"
+        for key, group in _groups([r for r in rows if _round(r) == n]).items():
+            assert abs(sum(r["split"] == "test" for r in group) - len(group) / 2) <= 0.5, (n, key)
     kinds = Counter(r["kind"] for r in rows)
     assert kinds["paraphrase"] >= 150 and kinds["multi"] >= 40 and kinds["offtopic"] >= 60
     near = sum(r.get("subkind") == "near-miss" for r in rows)
     assert near >= kinds["offtopic"] / 2 and all(r.get("subkind") for r in rows if r["kind"] == "offtopic")
+    # Round 3 (issue 25): at least 60 near-misses, each naming what the abstracts lack.
+    third = [r for r in rows if _round(r) == 3]
+    assert sum(r.get("subkind") == "near-miss" for r in third) >= 60
+    assert all(r["absent"] for r in third if r.get("subkind") == "near-miss")
+    facets = {"limitations", "results", "data", "method", "comparison", "how", "why"}
+    assert {r["facet"] for r in rows if "facet" in r} <= facets
 
 
-def redrawn_without_split(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{k: v for k, v in r.items() if k != "split" or int(r["id"][1:]) <= 156} for r in rows]
+def _round(row: dict[str, Any]) -> int:
+    """A line's writing round: its ``round`` field; lines before round 3 have none and are told by their id."""
+    return int(row.get("round") or (1 if int(row["id"][1:]) <= 156 else 2))
+
+
+def redrawn_without_split(rows: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+    """The rows with round ``n``'s splits taken away, as they were before that round was drawn."""
+    return [{k: v for k, v in r.items() if k != "split" or _round(r) != n} for r in rows]
 
 
 def _groups(rows: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
