@@ -33,8 +33,15 @@ from rag_papers.config import Settings
 from rag_papers.corpus import Paper
 from rag_papers.embedding import Embedder, check_model_installed, load_embedder
 from rag_papers.ingest import Ingester, IngestReport, RepairReport, sync_keyword
-from rag_papers.keyword import KeywordStore, keyword_tokens, useful_terms
-from rag_papers.registry import RegistryError, connect, in_batches, open_registry, row_to_paper, set_aside
+from rag_papers.keyword import (
+    KeywordIndexError,
+    KeywordStore,
+    damaged_files,
+    keyword_tokens,
+    useful_terms,
+    writer_lock_free,
+)
+from rag_papers.registry import connect, in_batches, move_damaged_registry_aside, open_registry, row_to_paper
 from rag_papers.vectors import VectorStore, VectorStoreError, kinds
 
 # ``Index.browse``'s sorts, each served by an index of the registry (papers_title, registry.BROWSE_INDEXES).
@@ -67,14 +74,10 @@ class Index:
             settings.home.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise RagPapersError(f"cannot create the data directory {settings.home}: {exc.strerror or exc}") from None
-        try:
-            self.db = open_registry(settings.db_path)
-        except RegistryError:
-            if not rebuild:
-                raise
-            aside = set_aside(settings.db_path)
-            self.db = open_registry(settings.db_path)
-            self.notes_at_open = [f"the registry could not be read: moved it aside to {aside} and started a new one"]
+        if rebuild:  # a damaged registry (header or pages) is renamed, never deleted, and a new one started
+            moved = move_damaged_registry_aside(settings)
+            self.notes_at_open = [moved] if moved else []
+        self.db = open_registry(settings.db_path)
         # Reads from other threads (a search's keyword side, UI request threads) get their own
         # connections: CPython 3.12+ cannot step one connection from two threads at once
         # (cpython#118172), and with separate connections their reads do not take turns.
@@ -391,16 +394,60 @@ class Index:
 
     @property
     def kw_store(self) -> KeywordStore:
-        """The tantivy keyword index. One tantivy cannot open (damaged files) is derived data only: it is
-        deleted and started empty, and rebuilt from the registry (``_keyword_index``)."""
+        """The tantivy keyword index, its files checked against tantivy's checksums before it is opened
+        (``verify_keyword``). One damaged or that tantivy cannot open is derived data only: it is deleted
+        and started empty, and rebuilt from the registry (``_keyword_index``, or the write under way)."""
         if self._kw is None:
-            path = self.settings.keyword_path
-            try:
-                self._kw = KeywordStore(path)
-            except ValueError:
-                shutil.rmtree(path, ignore_errors=True)
-                self._kw = KeywordStore(path)
+            self.verify_keyword()
+        assert self._kw is not None
         return self._kw
+
+    def verify_keyword(self, full: bool = False) -> list[str]:
+        """Check the keyword index's files (``keyword.damaged_files``; ``full``: every file, as ``repair`` does)
+        and open it; a damaged one is replaced by an empty one. Returns the damaged files' names.
+
+        Replacing it takes tantivy's writer lock first: while another process writes the index, this
+        one cannot, and says so in one line naming ``repair`` instead of reading damaged files.
+        """
+        path = self.settings.keyword_path
+        bad = damaged_files(path, full=full)
+        if not bad:
+            if self._kw is None:
+                try:
+                    self._kw = KeywordStore(path)
+                except ValueError:  # not tantivy's at all (a stray folder): derived data, started afresh
+                    bad = ["meta.json"]
+            if not bad:
+                return []
+        if self._kw is not None:
+            self._kw.close()
+            self._kw = None
+        shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+        with writer_lock_free(path) as free:
+            if not free:
+                raise KeywordIndexError(
+                    f"the keyword index {path} is damaged ({shown} failed tantivy's checksums) and another "
+                    "rag-papers process is writing it: when it has finished, run `rag-papers repair`"
+                )
+            try:
+                for child in path.iterdir():
+                    if not child.name.startswith(".tantivy-"):  # tantivy's lock files (the one held here among them)
+                        if child.is_dir():
+                            shutil.rmtree(child)
+                        else:
+                            child.unlink()
+            except OSError as exc:
+                raise KeywordIndexError(
+                    f"the keyword index {path} is damaged ({shown} failed tantivy's checksums) and cannot be "
+                    f"replaced here ({exc.strerror or exc}): run `rag-papers repair` where the data directory "
+                    "can be written"
+                ) from None
+            self._kw = KeywordStore(path)
+        self._kw_checked_at = -2e9  # compared with the registry (and rebuilt from it) at the next search
+        self.notes.append(
+            f"the keyword index {path} was damaged ({shown} failed tantivy's checksums): rebuilt it from the registry"
+        )
+        return bad
 
     def keyword_state(self, count: int | None = None) -> tuple[int, int]:
         """(papers, largest seq) of the registry: what the keyword index holds when it is in step.

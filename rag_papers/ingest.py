@@ -37,7 +37,15 @@ from rag_papers.corpus import (
     validate,
 )
 from rag_papers.keyword import KEYWORD_VERSION, paper_text
-from rag_papers.registry import drop_old_keyword_tables, in_batches, registry_error, registry_write
+from rag_papers.registry import (
+    damaged_error,
+    drop_old_keyword_tables,
+    in_batches,
+    quick_check,
+    registry_error,
+    registry_write,
+    writing,
+)
 from rag_papers.vectors import (
     MODEL_KINDS,
     DiskFullError,
@@ -205,9 +213,14 @@ class Ingester:
         the store in use lacks are re-embedded from their registered chunk texts; the
         keyword index is rebuilt if it is out of step.
         """
+        problem = quick_check(self.settings.db_path)  # every page of the source of truth, before anything is derived
+        if problem is not None:
+            raise damaged_error(self.settings.db_path, problem)
         try:
+            self.index.verify_keyword(full=True)  # every file against tantivy's checksums, not only new ones
             self.index.kw_store.lock()
-            return self._repair(show_progress, full=True)
+            with writing(self.settings.db_path):
+                return self._repair(show_progress, full=True)
         finally:
             self.index.release_writer()
 
@@ -489,7 +502,8 @@ class Ingester:
         touches the index. Papers from files not named here are left alone.
         """
         try:
-            return self._ingest(paths, rebuild, show_progress)
+            with writing(self.settings.db_path):
+                return self._ingest(paths, rebuild, show_progress)
         finally:
             self.index.release_writer()
 
@@ -699,7 +713,8 @@ class Ingester:
 
     def remove(self, paper_ids: Sequence[str]) -> int:
         try:
-            return self._remove(paper_ids)
+            with writing(self.settings.db_path):
+                return self._remove(paper_ids)
         finally:
             self.index.release_writer()
 

@@ -17,9 +17,15 @@ registry by the next write, or by a reader that can take the writer's lock.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import json
 import math
+import os
 import re
-from collections.abc import Iterable, Sequence
+import struct
+import zlib
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +44,129 @@ KEYWORD_VERSION = "1"
 # posting walk, cheap at this size. Above it tantivy's stored count, which includes removed
 # papers until their segment is merged, is a close enough idf and free to read.
 EXACT_DF_UP_TO = 5000
+
+
+# ---------------------------------------------------------------- integrity
+# tantivy ends every segment file with a footer: a JSON object holding the CRC-32 of everything
+# before it, the JSON's length (u32, little-endian) and the magic number 1337 (tantivy's
+# directory/footer.rs). tantivy checks them only in ``Index::validate_checksum``, which tantivy-py does
+# not expose, and reads damaged files as they are: a zeroed posting list panicked in Rust, a damaged
+# term dictionary raised "Fst data is corrupted", bytes changed inside a block changed scores
+# silently. So the same check is done here, on tantivy's own checksums, before the index is opened.
+FOOTER_MAGIC = 1337
+FOOTER_MAX_LEN = 50_000  # tantivy's own bound on the footer's JSON
+SEGMENT_SUFFIXES = (".idx", ".pos", ".term", ".store", ".fast", ".fieldnorm")
+# Files found intact, by (size, mtime in ns): segment files are written once and never changed, so a
+# file that still has both is not read again (a search's open reads only what the last writes added).
+# ``repair`` checks every file regardless.
+VERIFIED_NAME = ".rag-papers-verified.json"
+WRITER_LOCK = ".tantivy-writer.lock"  # tantivy's writer lock file (flock), taken here too to rebuild a damaged index
+
+
+class KeywordIndexError(RagPapersError):
+    """The keyword index is damaged and cannot be rebuilt here now: the message names the way out."""
+
+
+def segment_files(path: Path) -> list[Path] | None:
+    """The files of the segments tantivy's ``meta.json`` names (what a search reads); None when it cannot be read."""
+    try:
+        meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
+        out: list[Path] = []
+        for seg in meta["segments"]:
+            uuid = str(seg["segment_id"]).replace("-", "")
+            out += [path / f"{uuid}{suffix}" for suffix in SEGMENT_SUFFIXES]
+            if seg.get("deletes"):
+                out.append(path / f"{uuid}.{int(seg['deletes']['opstamp'])}.del")
+        return out
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+        return None
+
+
+def footer_intact(file: Path) -> bool:
+    """Whether ``file``'s body matches the CRC-32 in its tantivy footer (a missing file: no)."""
+    try:
+        with file.open("rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size < 8:
+                return False
+            fh.seek(size - 8)
+            length, magic = struct.unpack("<II", fh.read(8))
+            if magic != FOOTER_MAGIC or length > FOOTER_MAX_LEN or size < length + 8:
+                return False
+            body = size - 8 - length
+            fh.seek(body)
+            want = json.loads(fh.read(length))["crc"]
+            fh.seek(0)
+            crc, left = 0, body
+            while left:
+                block = fh.read(min(left, 1 << 20))
+                if not block:
+                    return False
+                crc, left = zlib.crc32(block, crc), left - len(block)
+            return bool(crc == want)
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def damaged_files(path: Path, full: bool = False) -> list[str]:
+    """Names of the keyword index's files that fail tantivy's checksums ([] for none, or no index yet).
+
+    ``full``: read every file, not only those changed since they were last found intact. A file a
+    writer's merge removed meanwhile is looked for again in the newer ``meta.json``.
+    """
+    if not (path / "meta.json").exists():
+        return []
+    verified_file = path / VERIFIED_NAME
+    try:
+        verified = {} if full else dict(json.loads(verified_file.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError):
+        verified = {}
+    for attempt in range(3):
+        files = segment_files(path)
+        if files is None:
+            return ["meta.json"]
+        bad: list[str] = []
+        found: dict[str, list[int]] = {}
+        for f in files:
+            try:
+                st = f.stat()
+            except FileNotFoundError:  # tantivy writes every component of a segment, empty or not
+                bad.append(f.name)
+                continue
+            stamp = [st.st_size, st.st_mtime_ns]
+            if verified.get(f.name) == stamp or footer_intact(f):
+                found[f.name] = stamp
+            else:
+                bad.append(f.name)
+        if not bad or segment_files(path) == files or attempt == 2:
+            break  # a file missing while meta.json changed: a merge replaced it, look again
+    if not bad and found != verified:
+        with contextlib.suppress(OSError):  # a read-only data directory: checked again next time
+            tmp = path / f"{VERIFIED_NAME}.{os.getpid()}.tmp"
+            tmp.write_text(json.dumps(found), encoding="utf-8")
+            os.replace(tmp, verified_file)
+    return bad
+
+
+@contextlib.contextmanager
+def writer_lock_free(path: Path) -> Iterator[bool]:
+    """Hold tantivy's writer lock on ``path`` (the flock its writer takes) for the block; yields whether it
+    was free. Used to replace a damaged index, which tantivy itself cannot be trusted to open."""
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path / WRITER_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        yield False
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
 
 
 class KeywordStore:

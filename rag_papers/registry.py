@@ -8,16 +8,22 @@ and sets a damaged file aside so that ``ingest --rebuild`` can start afresh.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rag_papers import RagPapersError
 from rag_papers.corpus import Paper
 from rag_papers.vectors import aside_name
+
+if TYPE_CHECKING:
+    from rag_papers.config import Settings
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -108,12 +114,230 @@ def registry_error(path: Path, exc: sqlite3.Error) -> RagPapersError:
         return RagPapersError(f"the registry {path} is read-only ({text}): check the data directory's permissions")
     if "unable to open" in low:
         return RagPapersError(f"cannot open the registry {path} ({text}): check the data directory's permissions")
-    if "not a database" in low or "malformed" in low or "corrupt" in low:
-        return RegistryError(
-            f"the registry {path} is damaged ({text}): restore it from a backup, or rebuild the index from your "
-            "corpus files with `rag-papers ingest --rebuild [FILES]` (the damaged file is kept aside)"
-        )
+    if is_damage(exc):
+        return damaged_error(path, text)
     return RagPapersError(f"the registry {path} failed ({text})")
+
+
+def is_damage(exc: BaseException) -> bool:
+    """Whether SQLite says the file itself is damaged (not busy, full or unreadable for permissions)."""
+    low = str(exc).lower()
+    return isinstance(exc, sqlite3.DatabaseError) and any(w in low for w in ("not a database", "malformed", "corrupt"))
+
+
+def damaged_error(path: Path, detail: str) -> RegistryError:
+    return RegistryError(
+        f"the registry {path} is damaged ({detail}): restore it from a backup, or rebuild the index from your "
+        "corpus files with `rag-papers ingest --rebuild [FILES]`, which keeps the damaged file aside"
+    )
+
+
+class RegistryCursor(sqlite3.Cursor):
+    """A cursor whose damage errors (``is_damage``) are the registry's one line, wherever a read meets them."""
+
+    def _damaged(self, exc: sqlite3.DatabaseError) -> BaseException:
+        path = getattr(self.connection, "registry_path", None)
+        return damaged_error(path, str(exc)) if path is not None and is_damage(exc) else exc
+
+    def execute(self, *args: Any) -> Any:
+        try:
+            return super().execute(*args)
+        except sqlite3.DatabaseError as exc:
+            raise self._damaged(exc) from None
+
+    def executemany(self, *args: Any) -> Any:
+        try:
+            return super().executemany(*args)
+        except sqlite3.DatabaseError as exc:
+            raise self._damaged(exc) from None
+
+    def executescript(self, *args: Any) -> Any:
+        try:
+            return super().executescript(*args)
+        except sqlite3.DatabaseError as exc:
+            raise self._damaged(exc) from None
+
+    def fetchone(self) -> Any:
+        try:
+            return super().fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise self._damaged(exc) from None
+
+    def fetchmany(self, *args: Any) -> list[Any]:
+        try:
+            return super().fetchmany(*args)
+        except sqlite3.DatabaseError as exc:
+            raise self._damaged(exc) from None
+
+    def fetchall(self) -> list[Any]:
+        try:
+            return super().fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise self._damaged(exc) from None
+
+    def __next__(self) -> Any:
+        try:
+            return super().__next__()
+        except sqlite3.DatabaseError as exc:
+            raise self._damaged(exc) from None
+
+
+class RegistryConnection(sqlite3.Connection):
+    """The registry's connections (``connect``): SQLite's "database disk image is malformed", met by any read or
+    write anywhere (a search's rows, the UI's pages, an ingest), becomes one line saying that the registry is
+    damaged and how to rebuild it, instead of an unexpected DatabaseError. Damage inside the file, past the header
+    ``check_registry_file`` reads, shows up only when a query reaches the damaged pages."""
+
+    registry_path: Path
+
+    def cursor(self, factory: Any = RegistryCursor) -> Any:
+        return super().cursor(factory)
+
+    def execute(self, *args: Any) -> Any:
+        return self.cursor().execute(*args)
+
+    def executemany(self, *args: Any) -> Any:
+        return self.cursor().executemany(*args)
+
+    def executescript(self, *args: Any) -> Any:
+        return self.cursor().executescript(*args)
+
+    def commit(self) -> None:
+        try:
+            super().commit()
+        except sqlite3.DatabaseError as exc:
+            raise (damaged_error(self.registry_path, str(exc)) if is_damage(exc) else exc) from None
+
+
+# ------------------------------------------------------------------ damage inside the file
+# How an unclean close is noticed without reading the whole file at every open: every write operation
+# (``writing``: ingest, remove, repair) holds a shared flock on ``papers.sqlite.writing`` and removes the
+# file when it ends normally. A marker that exists while nobody holds its lock was left by a writer that
+# died (a kill, a crash, a power cut): the next open runs ``PRAGMA quick_check`` once. Not the -wal file:
+# it also exists while any other process (a running UI) merely has the registry open, which would cost
+# every command beside it a read of the whole file; and a copy taken mid-write has none.
+WRITING_SUFFIX = ".writing"
+
+
+def writing_marker(path: Path) -> Path:
+    return Path(f"{path}{WRITING_SUFFIX}")
+
+
+@contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """Mark the registry as being written for the block (see ``WRITING_SUFFIX``); a read-only directory: unmarked."""
+    marker = writing_marker(path)
+    fd = -1
+    for _ in range(5):
+        try:
+            fd = os.open(marker, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            fd = -1
+            break
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        try:
+            if os.stat(marker).st_ino == os.fstat(fd).st_ino:
+                break  # still the marker: a reader that found it unlocked did not remove it meanwhile
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+        fd = -1
+    try:
+        yield
+    finally:
+        if fd >= 0:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # no other writer holds it: the writes ended cleanly
+                with contextlib.suppress(OSError):
+                    marker.unlink()
+            except OSError:
+                pass  # another write is under way; it removes the marker when it ends
+            finally:
+                os.close(fd)
+
+
+def check_after_unclean_end(path: Path) -> None:
+    """Run ``quick_check`` if a write operation ended without closing (its marker is there and nobody holds
+    it), holding the marker's lock meanwhile so that a new writer waits; an intact file loses the marker."""
+    marker = writing_marker(path)
+    if not marker.exists():
+        return
+    try:
+        fd = os.open(marker, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return  # a writer is alive
+        problem = quick_check(path)
+        if problem is not None:
+            raise damaged_error(path, problem)
+        with contextlib.suppress(OSError):
+            marker.unlink()
+    finally:
+        os.close(fd)
+
+
+def quick_check(path: Path) -> str | None:
+    """SQLite's ``PRAGMA quick_check`` (every page and row read, indexes not compared with their tables):
+    None when the registry is intact (or absent), else what is wrong, in a few words."""
+    if not path.exists():
+        return None
+    try:
+        with contextlib.closing(sqlite3.connect(path, timeout=30)) as db:
+            rows = [str(r[0]) for r in db.execute("PRAGMA quick_check(3)")]
+    except sqlite3.DatabaseError as exc:
+        if not is_damage(exc):
+            raise registry_error(path, exc) from None
+        return str(exc)
+    if rows == ["ok"]:
+        return None
+    text = " ".join("; ".join(rows).replace("*** in database main ***", "").split())
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
+def contents_note(path: Path) -> str:
+    """What a damaged registry held, as far as it can still be read: its paper count and source files."""
+    count: int | None = None
+    files: list[str] = []
+    try:
+        # immutable: no -wal or -shm file made beside a file that is about to be moved aside (nor any lock taken)
+        with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)) as db:
+            with contextlib.suppress(sqlite3.Error):
+                count = int(db.execute("SELECT COUNT(*) FROM papers").fetchone()[0])
+            with contextlib.suppress(sqlite3.Error):
+                files = [str(r[0]) for r in db.execute("SELECT DISTINCT file FROM sources ORDER BY file")]
+    except sqlite3.Error:
+        pass
+    held = f"it held {count:,} papers" if count is not None else "how many papers it held cannot be read"
+    if files:
+        shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
+        held += f" from {len(files):,} file(s) ({shown})"
+    return held
+
+
+def move_damaged_registry_aside(settings: Settings) -> str:
+    """Before ``ingest --rebuild``: a registry SQLite finds damaged (its header, or ``quick_check``) is renamed
+    to ``papers.sqlite.damaged-<time>`` (never deleted) so that the rebuild starts a new one. Returns the note
+    saying so and what was lost ("" when the registry is intact or absent)."""
+    path = settings.db_path
+    try:
+        check_registry_file(path)
+        problem = quick_check(path)
+    except RegistryError as exc:
+        problem = str(exc).partition("(")[2].partition(")")[0] or "not an SQLite database"
+    if problem is None:
+        return ""
+    held = contents_note(path)
+    dest = set_aside(path)
+    with contextlib.suppress(OSError):
+        writing_marker(path).unlink()
+    return (
+        f"the registry was damaged ({problem}): moved it aside to {dest} and started a new one; {held}. "
+        "Papers from files not ingested now are gone from the index: ingest those files again to get them back"
+    )
 
 
 def check_registry_file(path: Path) -> None:
@@ -169,6 +393,7 @@ def drop_old_keyword_tables(db: sqlite3.Connection) -> bool:
 
 def open_registry(path: Path) -> sqlite3.Connection:
     check_registry_file(path)
+    check_after_unclean_end(path)  # every page read once after a write that did not end (``WRITING_SUFFIX``)
     db: sqlite3.Connection | None = None
     try:
         db = connect(path)
@@ -193,7 +418,8 @@ def set_aside(path: Path) -> Path:
 
 
 def connect(path: Path, mmap: bool = False) -> sqlite3.Connection:
-    db = sqlite3.connect(path, check_same_thread=False, timeout=30)
+    db = sqlite3.connect(path, check_same_thread=False, timeout=30, factory=RegistryConnection)
+    db.registry_path = path
     db.row_factory = sqlite3.Row
     if mmap:
         # Read pages through a memory map (SQLite caps it at 2 GiB) instead of a read() call per
