@@ -276,7 +276,8 @@ def test_switching_to_a_chroma_server_reconciles_the_registry_into_it(seeded: Se
         "RAG_PAPERS_COLLECTION": f"switch{uuid.uuid4().hex[:8]}",
     }  # a fresh collection on the shared server
     line = one_error_line(run_main("search", ABBA_QUERY, "--chroma-url", chroma_server, env=env))
-    assert chroma_server in line and "does not match the registry" in line and "rag-papers repair" in line
+    # The fix it names is for this store: `repair` alone would fill the embedded one (reported).
+    assert "does not match the registry" in line and f"run `rag-papers repair --chroma-url {chroma_server}`" in line
 
     res = run_main("ingest", "--no-progress", "--chroma-url", chroma_server, env=env)
     assert res.returncode == 0, res.stderr
