@@ -17,6 +17,7 @@ from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     TomlConfigSettingsSource,
 )
 
@@ -338,3 +339,5 @@ def load_settings(preset: str | None = None, **overrides: Any) -> Settings:
         return Settings(**given)
     except ValidationError as exc:
         raise RagPapersError(f"bad settings: {validation_message(exc)}") from None
+    except SettingsError as exc:  # a value a source cannot parse, e.g. a list variable that is not JSON
+        raise RagPapersError(f"bad settings: {exc}") from None

@@ -443,6 +443,7 @@ HUGE = "99999999999999999999"  # past a 64-bit integer: Chroma and SQLite overfl
         (["search", "ABBA"], {"OLLAMA_HOST": "garbage::::"}, ("ollama_host", "not a host[:port] or URL")),
         (["ask", "ABBA"], {"OLLAMA_HOST": "garbage::::"}, ("ollama_host", "garbage::::")),
         (["info"], {"OLLAMA_HOST": "garbage::::"}, ("ollama_host",)),
+        (["papers"], {"RAG_PAPERS_OLLAMA_MODELS": "not-json"}, ("bad settings", "ollama_models")),
     ],
 )
 def test_out_of_range_values_are_one_line_and_exit_2(
