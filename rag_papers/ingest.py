@@ -428,7 +428,7 @@ class Ingester:
             with self.db:
                 self.db.executemany("INSERT OR IGNORE INTO pending VALUES (?)", [(p.id,) for p in batch])
         except sqlite3.Error as exc:
-            raise registry_error(self.settings.db_path, exc) from None
+            raise registry_error(self.settings.db_path, exc, writing=True) from None
         self._write_vectors(passages)
         first = int(self.db.execute("SELECT COALESCE(MAX(seq), 0) FROM papers").fetchone()[0]) + 1
         # The keyword index before the registry: a kill in between leaves it ahead (papers the

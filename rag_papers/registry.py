@@ -100,14 +100,19 @@ class RegistryError(RagPapersError):
     """The registry file cannot be read: the message names it and the way out."""
 
 
-def registry_error(path: Path, exc: sqlite3.Error) -> RagPapersError:
-    """One line for an SQLite failure on the registry; only a file SQLite says is damaged counts as damaged."""
+def registry_error(path: Path, exc: sqlite3.Error, writing: bool = False) -> RagPapersError:
+    """One line for an SQLite failure on the registry; only a file SQLite says is damaged counts as damaged.
+
+    A full disk is named as such: SQLite says "disk is full" on a write, but only "disk I/O error" when a
+    reader cannot create its shared-memory file, so an I/O error on a nearly full device counts too.
+    """
+    from rag_papers.vectors import NEARLY_FULL, disk_full_error, free_bytes
+
     text = str(exc)
     low = text.lower()
-    if "full" in low or "no space" in low:
-        from rag_papers.vectors import disk_full_error
-
-        return disk_full_error(path.parent, "writing the registry")
+    if "full" in low or "no space" in low or ("i/o error" in low and free_bytes(path.parent) < NEARLY_FULL):
+        what = "writing the registry" if writing else "opening the registry"
+        return disk_full_error(path.parent, what, writing=writing)
     if "locked" in low or "busy" in low:
         return RagPapersError(f"the registry {path} is locked by another rag-papers process; wait for it to finish")
     if "readonly" in low or "read-only" in low:
@@ -445,4 +450,4 @@ def registry_write(path: Path) -> Iterator[None]:
     try:
         yield
     except sqlite3.Error as exc:
-        raise registry_error(path, exc) from None
+        raise registry_error(path, exc, writing=True) from None

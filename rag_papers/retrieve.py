@@ -18,8 +18,10 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
 from rag_papers import RagPapersError
-from rag_papers.config import Settings
+from rag_papers.config import Settings, TopK, Year, validation_message
 from rag_papers.corpus import Paper, safe_text
 from rag_papers.index import Index
 from rag_papers.keyword import BM25_K1, keyword_tokens, lucene_idf, paper_text, useful_terms
@@ -234,6 +236,49 @@ class Filters:
             if not all(w in text for w in self.keyword.lower().split()):
                 return False
         return True
+
+
+class SearchRequest(BaseModel):
+    """A search as a caller states it: the CLI's flags, the /search API's parameters.
+
+    One set of rules for both, checked before anything is searched: ``top_k`` is the ``top_k``
+    setting's own type (``config.TopK``), a year a ``config.Year``, venue and keyword text. So
+    ``top_k`` 0 or -3, ``year_min`` "abc" or a venue that is an object are refused in words,
+    instead of reaching the stores (which blamed themselves) or being quietly replaced.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    query: str | None = None
+    top_k: TopK | None = None
+    year_min: Year | None = None
+    year_max: Year | None = None
+    venue: str | None = None
+    keyword: str | None = None
+
+    @classmethod
+    def problems(cls, **given: Any) -> dict[str, str]:
+        """What is wrong with each bad parameter, by name ({} when the request is good)."""
+        try:
+            cls(**given)
+        except ValidationError as exc:
+            out: dict[str, str] = {}
+            for err in exc.errors():
+                name = str(err["loc"][0]) if err["loc"] else "request"
+                out[name] = "; ".join(m for m in (out.get(name), validation_message([err])) if m)
+            return out
+        return {}
+
+    @classmethod
+    def checked(cls, **given: Any) -> SearchRequest:
+        """The request, or a ``RagPapersError`` naming each bad parameter and its rule."""
+        bad = cls.problems(**given)
+        if bad:
+            raise RagPapersError(f"bad search parameters: {'; '.join(bad.values())}")
+        return cls(**given)
+
+    def filters(self) -> Filters:
+        return Filters(self.year_min, self.year_max, self.venue or None, self.keyword or None)
 
 
 # The two JSON shapes of a hit, in the key order the CLI and the API have always printed.

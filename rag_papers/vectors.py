@@ -111,12 +111,23 @@ def is_disk_full(exc: BaseException) -> bool:
     return bool(_DISK_FULL.search(str(exc)))
 
 
-def disk_full_error(home: Path, what: str) -> DiskFullError:
+def disk_full_error(home: Path, what: str, *, writing: bool = True) -> DiskFullError:
+    """The full-disk line: what to do depends on whether a write (an ingest: rerun it) or a read
+    (run the command again) met it; it never promises a search that the full disk may prevent."""
+    then = (
+        "rerun `rag-papers ingest` to continue: the papers indexed so far are kept"
+        if writing
+        else "run the command again: nothing indexed is lost"
+    )
     return DiskFullError(
         f"no space left on the device holding {home} ({mb(free_bytes(home))} free) while {what}: "
-        "free some space (or move the data directory with RAG_PAPERS_HOME) and rerun `rag-papers ingest`; "
-        "papers indexed so far stay searchable"
+        f"free some space (or move the data directory with RAG_PAPERS_HOME) and {then}"
     )
+
+
+# Below this much free space, an I/O error from SQLite or chromadb is taken for a full disk: SQLite
+# says "disk I/O error" (not "database or disk is full") when it cannot even create its -shm file.
+NEARLY_FULL = 1_000_000
 
 
 def _first_line(exc: BaseException) -> str:
@@ -179,15 +190,17 @@ class VectorStore:
 
     # ---- errors
     @contextmanager
-    def guard(self, what: str) -> Iterator[None]:
+    def guard(self, what: str, writing: bool = False) -> Iterator[None]:
         """Turn chromadb's errors into one-line ones: a full disk, or a store it cannot read."""
         try:
             yield
         except RagPapersError:
             raise
         except Exception as exc:  # chromadb raises InternalError, ValueError, httpx errors, OSError ...
-            if is_disk_full(exc):
-                raise disk_full_error(self.settings.home, what) from None
+            if is_disk_full(exc) or (
+                not self.server and "i/o error" in str(exc).lower() and free_bytes(self.settings.home) < NEARLY_FULL
+            ):
+                raise disk_full_error(self.settings.home, what, writing=writing) from None
             if not _DAMAGED.search(str(exc)):
                 raise VectorStoreError(
                     f"the vector store at {self.location} failed while {what} ({_first_line(exc)})"
@@ -366,7 +379,7 @@ class VectorStore:
     def upsert(self, which: Which, ids: list[str], vectors: Any, metadatas: list[dict[str, Any]]) -> None:
         """Write vectors; upsert, so a rerun after a kill overwrites whatever half-written ones it finds."""
         col = self.collection(which)
-        with self.guard("writing vectors"):
+        with self.guard("writing vectors", writing=True):
             col.upsert(ids=ids, embeddings=vectors, metadatas=metadatas)
 
     def delete_papers(self, paper_ids: Sequence[str]) -> None:
@@ -385,7 +398,7 @@ class VectorStore:
         for start in range(0, len(paper_ids), 200):
             part = list(paper_ids[start : start + 200])
             for col in cols:
-                with self.guard("deleting vectors"):
+                with self.guard("deleting vectors", writing=True):
                     col.delete(where={"document_id": {"$in": part}})
 
     def drop(self, which: Sequence[Which] | None = None) -> None:

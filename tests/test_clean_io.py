@@ -426,3 +426,69 @@ def test_fifo_and_folder_inputs_do_not_block(tmp_path: Path) -> None:
     one_error_line(run_main("eval", "--qa", str(tmp_path)), str(tmp_path), "is a directory")
     one_error_line(run_main("search", "--queries-file", str(tmp_path)), "is a directory")
     one_error_line(run_main("ingest", str(fifo)), str(fifo), "not a regular file")
+
+
+# ------------------------------------------------------------------ 4. values no setting accepts (issue 26)
+HUGE = "99999999999999999999"  # past a 64-bit integer: Chroma and SQLite overflowed on it
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "needles"),
+    [
+        (["search", "ABBA", "--top-k", HUGE], {}, ("top_k", "less than or equal to 1000", HUGE)),
+        (["ask", "--llm", "extractive", "ABBA", "--top-k", HUGE], {}, ("top_k", "less than or equal to 1000")),
+        (["search", "ABBA", "--top-k", "0"], {}, ("top_k", "greater than or equal to 1")),
+        (["search", "ABBA", "--year-min", HUGE], {}, ("year_min", "less than or equal to 9999")),
+        (["ask", "--llm", "extractive", "ABBA", "--year-max", HUGE], {}, ("year_max", "9999")),
+        (["search", "ABBA"], {"OLLAMA_HOST": "garbage::::"}, ("ollama_host", "not a host[:port] or URL")),
+        (["ask", "ABBA"], {"OLLAMA_HOST": "garbage::::"}, ("ollama_host", "garbage::::")),
+        (["info"], {"OLLAMA_HOST": "garbage::::"}, ("ollama_host",)),
+        (["papers"], {"RAG_PAPERS_OLLAMA_MODELS": "not-json"}, ("bad settings", "ollama_models")),
+    ],
+)
+def test_out_of_range_values_are_one_line_and_exit_2(
+    args: list[str], env: dict[str, str], needles: tuple[str, ...], seeded: Settings
+) -> None:
+    """Reported: `--top-k 99999999999999999999` and OLLAMA_HOST=garbage:::: ended "unexpected …" with exit 1."""
+    res = run_main(*args, env=env)
+    one_error_line(res, *needles)
+    assert res.returncode == 2 and "unexpected" not in res.stderr and res.stdout == ""
+
+
+def test_ollama_host_forms_that_work_are_kept() -> None:
+    for host in ("localhost", "127.0.0.1:11434", "http://[::1]:11434", "https://ollama.example/base"):
+        assert Settings(ollama_host=host).ollama_host == host
+
+
+def test_a_settings_file_that_is_not_toml_is_named(tmp_path: Path, seeded: Settings) -> None:
+    """Reported: the TOML error said where in the file, not which file."""
+    bad = tmp_path / "rag-papers.toml"
+    bad.write_text('top_k = 8\nollama_model = "qwen\n', encoding="utf-8")
+    for args in (["search", "ABBA", "--config", str(bad)], ["info"]):
+        res = run_main(*args, env={"RAG_PAPERS_CONFIG": str(bad)})
+        one_error_line(res, f"bad settings file {bad}", "line 2")
+        assert res.returncode == 2
+
+
+def test_an_unknown_key_in_the_settings_file_is_reported(tmp_path: Path, seeded: Settings) -> None:
+    """Reported: unknown keys were ignored silently, so a typo changed nothing without a word."""
+    conf = tmp_path / "rag-papers.toml"
+    conf.write_text("top-k = 8\n", encoding="utf-8")
+    res = run_main("search", "ABBA", "--config", str(conf))
+    one_error_line(res, f"bad settings file {conf}", "unknown setting 'top-k'", "did you mean 'top_k'?")
+    assert res.returncode == 2
+    conf.write_text("top_k = 3\n", encoding="utf-8")  # a known key works as before
+    res = run_main("search", "--json", "ABBA", "--config", str(conf))
+    assert res.returncode == 0, res.stderr
+    assert len(json.loads(res.stdout)["results"]) == 3
+
+
+def test_a_long_query_is_echoed_clipped(tmp_path: Path, seeded: Settings) -> None:
+    """Reported: `search` on a 1 MB query printed it whole above the results."""
+    queries = tmp_path / "q.txt"
+    queries.write_text("Hadamard product low-rank adaptation " * 30_000 + "\n", encoding="utf-8")  # 1.1 MB
+    res = run_main("search", "--queries-file", str(queries), "--top-k", "2")
+    assert res.returncode == 0, res.stderr
+    echo = res.stdout.splitlines()[0]
+    assert echo.startswith("Query: Hadamard product") and len(echo) <= 400, len(echo)
+    assert len(res.stdout) < 5_000

@@ -9,6 +9,7 @@ way a full disk or a bad copy damages them.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -146,6 +147,52 @@ def test_a_write_that_hits_a_full_disk_anyway_is_one_line_and_the_next_ingest_re
     fresh.close()
 
 
+def fill_to_the_last_byte(mnt: Path) -> None:
+    """Another program takes every free byte of the file system (a balloon file, written until ENOSPC)."""
+    fd = os.open(mnt / "balloon", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    chunk = b"\0" * 4096
+    try:
+        while True:
+            os.write(fd, chunk)
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC, exc
+    finally:
+        os.close(fd)
+    assert shutil.disk_usage(mnt).free < 4096
+
+
+@pytest.mark.slow
+def test_a_disk_full_to_the_last_byte_is_named_by_every_command(tmpfs: Path, tmp_path: Path, seeds_home: Path) -> None:
+    """Reported: on a 100% full disk the read commands said "the registry ... failed (disk I/O error)", with
+    no word about space; after an ingest that filled it, search said "no space left ... papers indexed so far
+    stay searchable" and failed in the same breath."""
+    home = tmpfs / "home"
+    shutil.copytree(seeds_home, home)
+    env = {"RAG_PAPERS_HOME": str(home), "RAG_PAPERS_MIN_FREE_MB": "0"}
+    fill_to_the_last_byte(tmpfs)
+
+    ingest = run_main("ingest", "--no-progress", str(synth(tmp_path / "more.jsonl", 20)), env=env)
+    line = one_error_line(ingest)
+    assert str(home) in line and ("no space left" in line or "not enough free space" in line), line
+    assert "free some space" in line and "searchable" not in line, line
+
+    for args in (["search", ABBA_QUERY], ["ask", "--llm", "extractive", ABBA_QUERY], ["info"], ["papers"]):
+        res = run_main(*args, env=env)
+        if res.returncode == 0:  # a command that needs no byte of space may still work: then it is right
+            continue
+        line = one_error_line(res)
+        assert f"no space left on the device holding {home}" in line, (args, line)
+        assert "free some space" in line and "run the command again" in line, (args, line)
+        assert "searchable" not in line and "disk I/O error" not in line, (args, line)
+    search = run_main("search", ABBA_QUERY, env=env)
+    assert search.returncode == 2, search.stdout  # the reported case: search cannot run on it
+
+    (tmpfs / "balloon").unlink()  # space freed: everything works again, nothing was lost
+    hit = search_json(env)
+    assert hit["results"][0]["id"] == abba_id()
+    assert json.loads(run_main("info", "--json", env=env).stdout)["papers"] >= 38
+
+
 # ------------------------------------------------------------------ the registry is the source of truth
 def damage_chroma_sqlite(home: Path) -> None:
     with (home / "chroma" / "chroma.sqlite3").open("r+b") as fh:
@@ -229,7 +276,8 @@ def test_switching_to_a_chroma_server_reconciles_the_registry_into_it(seeded: Se
         "RAG_PAPERS_COLLECTION": f"switch{uuid.uuid4().hex[:8]}",
     }  # a fresh collection on the shared server
     line = one_error_line(run_main("search", ABBA_QUERY, "--chroma-url", chroma_server, env=env))
-    assert chroma_server in line and "does not match the registry" in line and "rag-papers repair" in line
+    # The fix it names is for this store: `repair` alone would fill the embedded one (reported).
+    assert "does not match the registry" in line and f"run `rag-papers repair --chroma-url {chroma_server}`" in line
 
     res = run_main("ingest", "--no-progress", "--chroma-url", chroma_server, env=env)
     assert res.returncode == 0, res.stderr

@@ -5,7 +5,11 @@
   chat, the sources panel, the status pill or the Markdown export.
 * Clients pick among the models the server allows, by name; they never name a file.
 * A public address is served only behind a login, unless the user says otherwise in so
-  many words (``--insecure-no-auth``).
+  many words (``--insecure-no-auth``); wrong logins slow down, and no route that acts on a
+  session or lists the routes answers without one.
+* A conversation's export is private: 0600 in the server's own 0700 folder, never copied into
+  gradio's shared cache, and gone when the server stops.
+* The API checks its parameters with the CLI's rules and answers a bad one 422, in words.
 
 Everything is real (gradio server, Chromium, MiniLM, llama.cpp, the console script)
 except the Ollama server, replaced by ``ollama_stub.py``.
@@ -17,10 +21,14 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from html.parser import HTMLParser
@@ -34,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from conftest import SEEDS, VENV_BIN, free_port, stop_process, wait_http
 from ollama_stub import OllamaStub
-from test_ui import Served, _serve, ask, open_app
+from test_ui import Served, _serve, app_over_seeds, ask, open_app
 
 from rag_papers.config import PROJECT_ROOT, Settings
 
@@ -726,7 +734,9 @@ def test_public_host_with_auth_requires_login(how: str, seeds_home: Path, tmp_pa
         cmd = [sys.executable, str(PROJECT_ROOT / "app.py"), "--host", "0.0.0.0", "--port", str(port)]
     cmd += ["--llm", "extractive"]
     log = tmp_path / "serve.log"
-    proc = _serve_process(cmd, env, log)
+    tmp = tmp_path / "tmp"  # the server's TMPDIR: its private folder goes there, and must go when it stops
+    tmp.mkdir()
+    proc = _serve_process(cmd, {**env, "TMPDIR": str(tmp)}, log)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_http(f"{url}/", timeout=120)
@@ -734,10 +744,13 @@ def test_public_host_with_auth_requires_login(how: str, seeds_home: Path, tmp_pa
         found = _client(url, auth=("ada", "s3cret-pw")).predict("Hadamard product", 2, api_name="/search")
         assert found["results"][0]["title"].startswith("ABBA")
         assert "s3cret-pw" not in " ".join(cmd)
+        (private,) = tmp.glob("rag-papers-ui-*")
+        assert stat.S_IMODE(private.stat().st_mode) == 0o700
     finally:
-        stop_process(proc, 20)
+        stop_process(proc, 20)  # SIGTERM, as a service manager stops it
     output = log.read_text()
     assert "sign-in required" in output and "Traceback" not in output
+    assert not private.exists() and not (tmp / "gradio").exists(), list(tmp.iterdir())
 
 
 def test_insecure_flag_serves_public_host_without_login(seeds_home: Path, tmp_path: Path) -> None:
@@ -755,3 +768,172 @@ def test_insecure_flag_serves_public_host_without_login(seeds_home: Path, tmp_pa
         stop_process(proc, 20)
     output = log.read_text()
     assert "without a login" in output and "Traceback" not in output
+
+
+# ------------------------------------------------------------------ the /search API's parameters
+def _post(url: str, body: object, headers: dict[str, str] | None = None) -> tuple[int, str]:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return int(resp.status), resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), exc.read().decode()
+
+
+HUGE = 99999999999999999999  # past a 64-bit integer
+
+
+@pytest.mark.parametrize(
+    ("data", "needles"),
+    [
+        (["ABBA", 5, "abc", None, "", ""], ["year_min", "valid integer", "'abc'"]),  # blamed the vector store
+        (["ABBA", 5, None, None, {"$ne": "x"}, ""], ["venue", "valid string"]),  # an AttributeError
+        (["ABBA", -3, None, None, "", ""], ["top_k", "greater than or equal to 1", "-3"]),  # returned 1 result
+        (["ABBA", 0, None, None, "", ""], ["top_k", "greater than or equal to 1"]),  # returned 5
+        (["ABBA", HUGE, None, None, "", ""], ["top_k", "less than or equal to 1000"]),
+        (["ABBA", 5, HUGE, None, "", ""], ["year_min", "less than or equal to 9999"]),
+        (["ABBA", 5, None, "2024", ["x"], 7], ["venue", "keyword"]),  # "2024" is a year as the CLI reads one
+        ([{"q": 1}, 5, None, None, "", ""], ["query", "valid string"]),
+    ],
+)
+def test_api_search_answers_a_bad_parameter_422_in_words(
+    model_server: Served, data: list[Any], needles: list[str]
+) -> None:
+    status, body = _post(f"{model_server.url.rstrip('/')}/gradio_api/call/search", {"data": data})
+    assert status == 422, (status, body)
+    for needle in needles:
+        assert needle in body, (needle, body)
+    assert "vector store" not in body and "AttributeError" not in body
+
+
+def test_api_search_takes_good_parameters_as_before(model_server: Served) -> None:
+    client = _client(model_server.url)
+    found = client.predict("Hadamard product low-rank adaptation", 3, api_name="/search")
+    assert len(found["results"]) == 3 and found["results"][0]["title"].startswith("ABBA")
+    default = client.predict("Hadamard product low-rank adaptation", api_name="/search")
+    assert len(default["results"]) == model_server.settings.top_k
+    narrowed = client.predict("Hadamard product", 5, "2026", 2026, "", "", api_name="/search")
+    assert narrowed["results"] and all(r["year"] == 2026 for r in narrowed["results"])
+    status, _ = _post(
+        f"{model_server.url.rstrip('/')}/gradio_api/call/search", {"data": ["ABBA", 2, None, None, "", ""]}
+    )
+    assert status == 200
+    # The CLI refuses the same values with the same words.
+    from rag_papers import RagPapersError
+    from rag_papers.retrieve import SearchRequest
+
+    with pytest.raises(RagPapersError, match="top_k: Input should be greater than or equal to 1"):
+        SearchRequest.checked(top_k=-3)
+
+
+# ------------------------------------------------------------------ logins and the routes around them
+def _login(url: str, password: str) -> tuple[int, float, str]:
+    """POST the login form; (status, seconds it took, the session cookie when it worked)."""
+    form = urllib.parse.urlencode({"username": "ada", "password": password}).encode()
+    req = urllib.request.Request(f"{url}/login", data=form)
+    t0 = time.monotonic()
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            cookies = resp.headers.get_all("set-cookie") or []
+            return int(resp.status), time.monotonic() - t0, "; ".join(c.split(";", 1)[0] for c in cookies)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), time.monotonic() - t0, ""
+
+
+@pytest.fixture
+def login_server(
+    seeds_home: Path, embedder: object, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Served]:
+    """The app behind a login (ada), with short login delays so that the test is quick."""
+    import importlib
+
+    launch = importlib.import_module("rag_papers.ui.launch")  # the module: the package exports its function
+    monkeypatch.setattr(launch, "LOGIN_DELAY_S", 0.1, raising=False)
+    monkeypatch.setattr(launch, "LOGIN_DELAY_MAX_S", 0.5, raising=False)
+    with app_over_seeds(
+        seeds_home, embedder, tmp_path_factory, "login_home", auth="ada:s3cret-pw", llm="extractive"
+    ) as served:
+        yield served
+
+
+def test_each_failed_login_waits_longer_up_to_a_bound(login_server: Served) -> None:
+    """Reported: 50 wrong logins in a row got no slowdown."""
+    url = login_server.url.rstrip("/")
+    took = []
+    for _ in range(7):
+        status, seconds, _ = _login(url, "wrong")
+        assert status == 400
+        took.append(seconds)
+    # 0, then 0.1 doubling: 0.1, 0.2, 0.4, then the bound 0.5.
+    assert took[0] < 0.1 + 0.3 and took[3] >= 0.4 and took[4] >= 0.5, took
+    assert took[6] < 0.5 + 0.4, took  # bounded
+    status, seconds, cookie = _login(url, "s3cret-pw")  # the right password still works, after the wait
+    assert status == 200 and seconds >= 0.5 and cookie
+    status, seconds, _ = _login(url, "wrong")  # and a success starts the count again
+    assert status == 400 and seconds < 0.3
+
+
+def test_no_route_acts_on_a_session_or_lists_the_routes_without_a_login(login_server: Served) -> None:
+    """Reported: /gradio_api/cancel, /reset and /openapi.json answered without a login."""
+    url = login_server.url.rstrip("/")
+    body = {"session_hash": "abc", "fn_index": 0, "event_id": "e1"}
+    assert _post(f"{url}/gradio_api/cancel", body)[0] == 401
+    assert _post(f"{url}/gradio_api/reset", {"event_id": "e1"})[0] == 401
+    assert _status(f"{url}/openapi.json") == 404  # FastAPI's schema of every route: off
+    assert _status(f"{url}/gradio_api/openapi.json") == 401  # gradio's own asks for the login
+    _, _, cookie = _login(url, "s3cret-pw")
+    signed_in = {"Cookie": cookie}
+    assert _post(f"{url}/gradio_api/cancel", body, signed_in)[0] == 200  # the Stop button still works
+    assert _post(f"{url}/gradio_api/reset", {"event_id": "e1"}, signed_in)[0] == 200
+
+
+def test_openapi_json_is_off_without_a_login_too(model_server: Served) -> None:
+    assert _status(f"{model_server.url.rstrip('/')}/openapi.json") == 404
+
+
+# ------------------------------------------------------------------ exports
+def _modes(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): stat.S_IMODE(p.stat().st_mode) for p in [root, *root.rglob("*")]}
+
+
+@pytest.mark.browser
+def test_exports_are_private_and_gone_when_the_server_stops(
+    seeds_home: Path,
+    embedder: object,
+    tmp_path_factory: pytest.TempPathFactory,
+    tmp_path: Path,
+    page: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Reported: each export left a file in TMPDIR/rag-papers-export-*/ and a 0644 copy in gradio's cache
+    (0755 folders), all of it kept after the server stopped."""
+    from rag_papers.ui import files
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))  # TMPDIR from here on: whatever the app leaves there shows
+    monkeypatch.setattr(files, "EXPORT_KEEP_S", 10)  # old exports removed while it runs: seconds here
+    monkeypatch.setattr(files, "EXPORT_SWEEP_S", 1)
+    with app_over_seeds(seeds_home, embedder, tmp_path_factory, "export_home", llm="extractive") as served:
+        root = Path(served.app.GRADIO_CACHE)  # gradio's cache for this app: its own folder
+        assert root.parent == files.process_folder()
+        assert stat.S_IMODE(root.parent.stat().st_mode) == 0o700
+        open_app(page, served.url)
+        ask(page, "What does ABBA claim?")
+        with page.expect_download() as dl:
+            page.locator("#rp-export").click()
+        assert "## 1. What does ABBA claim?" in Path(dl.value.path()).read_text(encoding="utf-8")
+        exported = list(root.rglob("rag-papers-chat-*.md"))
+        modes = _modes(root)
+        assert exported and all(mode == 0o600 for name, mode in modes.items() if name.endswith(".md")), modes
+        assert all(mode == 0o700 for name, mode in modes.items() if "export-" in name and "." not in name), modes
+        assert modes["."] == 0o700, modes
+        left = [p for p in tmp.rglob("*") if files.process_folder() not in (p, *p.parents)]
+        assert left == [], left  # no copy in TMPDIR/gradio, no rag-papers-export-* folder
+        deadline = time.monotonic() + 40
+        while any(p.exists() for p in exported) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not any(p.exists() for p in exported), "an old export was kept while the server ran"
+    assert not root.exists(), _modes(root)  # the server stopped: its folder is gone
+    assert [p for p in tmp.rglob("*") if files.process_folder() not in (p, *p.parents)] == []

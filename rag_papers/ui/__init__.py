@@ -4,7 +4,7 @@ Where things are:
 
 * ``state.py``: what a browser session owns (``UIState``, one ``Exchange`` per question).
 * ``render.py`` with ``templates/``: that state as the HTML the chat and the panel show.
-* ``export.py``: that state as a Markdown file.
+* ``export.py``: that state as a Markdown file; ``files.py``: the private folders it is written to.
 * ``chat_app.py``: the Blocks layout and its event handlers (``ChatApp``); the page's CSS and
   the panel's JavaScript are the files of ``static/``.
 * ``papers.py``: the Papers tab (the corpus a page at a time, searched with the keyword index);
@@ -41,6 +41,10 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # before gradio is first imported
+
+from rag_papers.ui.files import process_folder  # noqa: E402 - standard library only
+
+process_folder()  # gradio's folders in a private one (ui/files.py): also before gradio is first imported
 
 from rag_papers.ui.chat_app import ChatApp, backend_status, build_app, radio_update  # noqa: E402
 from rag_papers.ui.export import export_markdown  # noqa: E402

@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import logging
 import re
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -30,8 +28,8 @@ from rag_papers.answer import Answer
 from rag_papers.chat import ChatSession, Engine
 from rag_papers.config import Settings
 from rag_papers.llm import ExtractiveBackend, LLMError, allowed_models, backend_names, get_backend, resolve_model
-from rag_papers.retrieve import Filters, Hit, SearchResult
-from rag_papers.ui import history
+from rag_papers.retrieve import Filters, Hit, SearchRequest, SearchResult
+from rag_papers.ui import files, history
 from rag_papers.ui.export import export_markdown
 from rag_papers.ui.papers import SORTS, PapersTab
 from rag_papers.ui.render import (
@@ -120,6 +118,7 @@ class ChatApp:
         self.venues: list[str] = sorted({str(v) for v in venues})
         self.n_papers = engine.index.count()
         self._claim_lock = threading.Lock()
+        self.files: Path | None = None  # this server's private folder (``build``): exports and gradio's cache
 
     # ------------------------------------------------------------------ helpers
     def index_line(self, n_papers: int) -> str:
@@ -174,14 +173,13 @@ class ChatApp:
         """The first ``limit`` hits, numbered [1]..[limit] for the panel and the citation links."""
         return [h.numbered(n) for n, h in enumerate(result.results[:limit], 1)]
 
-    def _export(self, state: UIState) -> dict[str, Any]:
-        """Write the conversation to a fresh Markdown file for the download button."""
-        if not any(ex.done for ex in state.exchanges):
+    def _export(self, state: UIState | None) -> dict[str, Any]:
+        """Write the conversation to a fresh Markdown file (0600, in this server's private folder) for the button."""
+        if state is None or not any(ex.done for ex in state.exchanges):
             return gr.update(value=None, interactive=False)
-        if state.export_dir is None or not state.export_dir.is_dir():
-            state.export_dir = Path(tempfile.mkdtemp(prefix="rag-papers-export-"))
-        path = state.export_dir / f"rag-papers-chat-{datetime.now():%Y%m%d-%H%M%S}.md"
-        path.write_text(export_markdown(state), encoding="utf-8")
+        if self.files is None:  # handlers called on an app never built (tests)
+            self.files = files.server_folder()
+        path = files.write_export(self.files, export_markdown(state))
         return gr.update(value=str(path), interactive=True)
 
     def _outputs(self, state: UIState, *, panel: bool = True, final: bool = False) -> tuple[Any, ...]:
@@ -566,28 +564,51 @@ class ChatApp:
     def api_search(
         self,
         query: str,
-        top_k: int = 5,
+        top_k: int | None = None,
         year_min: int | None = None,
         year_max: int | None = None,
         venue: str = "",
         keyword: str = "",
     ) -> dict[str, Any]:
-        """``/search``: rank papers for a query without generating anything."""
-        query = (query or "").strip()
-        if not query:
+        """``/search``: rank papers for a query without generating anything (``top_k`` default: the setting).
+
+        The parameters are checked first (``check_search``, the CLI's rules): gradio answers a bad one
+        with 422 and the message before queuing; a caller that gets here anyway has it as ``error``.
+        """
+        given = {"query": query, "top_k": top_k, "year_min": year_min, "year_max": year_max}
+        try:
+            request = SearchRequest.checked(**given, venue=venue, keyword=keyword)
+        except RagPapersError as exc:
+            return {"error": str(exc)}
+        text = (request.query or "").strip()
+        if not text:
             return {"error": "empty query"}
         try:
-            result = self.engine.search(
-                query, int(top_k or self.settings.top_k), Filters(year_min, year_max, venue or None, keyword or None)
-            )
+            result = self.engine.search(text, request.top_k or self.settings.top_k, request.filters())
         except Exception as exc:  # noqa: BLE001
-            return {"query": query, "error": self._error_text(exc)}
+            return {"query": text, "error": self._error_text(exc)}
         return result.to_dict()
+
+    @staticmethod
+    def check_search(
+        query: Any, top_k: Any = None, year_min: Any = None, year_max: Any = None, venue: Any = "", keyword: Any = ""
+    ) -> list[dict[str, Any]]:
+        """``/search``'s validator: one ``gr.validate`` per parameter, in ``api_search``'s order."""
+        given = {"query": query, "top_k": top_k, "year_min": year_min, "year_max": year_max}
+        bad = SearchRequest.problems(**given, venue=venue, keyword=keyword)
+        names = ("query", "top_k", "year_min", "year_max", "venue", "keyword")
+        return [gr.validate(name not in bad, bad.get(name, "")) for name in names]
 
     # ------------------------------------------------------------------ layout
     def build(self) -> gr.Blocks:
         s = self.settings
-        with gr.Blocks(title="rag-papers", fill_width=False, analytics_enabled=False) as demo:
+        self.files = files.server_folder()  # before the Blocks: its components take their cache folder when built
+        with gr.Blocks(
+            title="rag-papers",
+            fill_width=False,
+            analytics_enabled=False,
+            delete_cache=(files.EXPORT_SWEEP_S, files.EXPORT_KEEP_S),
+        ) as demo:
             # The past chats, in this browser's localStorage (encrypted with a key kept in the data directory,
             # so they survive a restart of the app as well as a reload of the page).
             stored = gr.BrowserState([], storage_key="rag-papers-chats", secret=history.browser_secret(s.home))
@@ -839,6 +860,8 @@ class ChatApp:
             past.input(self.reopen, [past, stored, state], chat_outputs, **quiet)
             forget.click(self.forget, [past, stored, state], [*chat_outputs, stored, past], **quiet)
             demo.load(self.on_load, [stored], [*chat_outputs, past], **quiet)
+            # A click writes the file afresh (the old one may have been removed, EXPORT_KEEP_S): the next click has it.
+            export.click(self._export, [state], [export], **quiet)
             new.click(
                 self.new_chat,
                 [state],
@@ -879,7 +902,10 @@ class ChatApp:
                 concurrency_id="generate",
                 concurrency_limit=4,
             )
-            gr.api(self.api_search, api_name="search", concurrency_id="search", concurrency_limit=16)  # type: ignore[attr-defined,unused-ignore]
+            searched = gr.api(self.api_search, api_name="search", concurrency_id="search", concurrency_limit=16)  # type: ignore[attr-defined,unused-ignore]
+            # gr.api takes no validator, unlike event listeners: its function gets one the same way, so a
+            # bad parameter is answered 422 with the message before the search is queued.
+            demo.fns[searched["id"]].validator = self.check_search
 
             # The Papers tab: each page is one registry query, a search one keyword-index query (papers.py).
             papers_tab = PapersTab(self.engine.index)

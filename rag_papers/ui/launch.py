@@ -6,12 +6,21 @@ and tested, on its own.
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import logging
 import os
+import signal
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import IO
+from types import FrameType
+from typing import IO, Any
 
 import gradio as gr
 
@@ -20,6 +29,7 @@ from rag_papers.chat import Engine
 from rag_papers.config import Settings
 from rag_papers.llm import backend_names
 from rag_papers.ui.chat_app import backend_status, build_app
+from rag_papers.ui.files import remove_server_folder
 from rag_papers.ui.render import static_text
 
 
@@ -73,6 +83,108 @@ def check_exposure(settings: Settings, insecure_no_auth: bool = False) -> None:
     )
 
 
+# A failed login makes the same client wait before its next attempt: LOGIN_DELAY_S after the first failure,
+# doubling with each further one up to LOGIN_DELAY_MAX_S; forgotten after LOGIN_FORGET_S without a failure.
+LOGIN_DELAY_S = 0.5
+LOGIN_DELAY_MAX_S = 10.0
+LOGIN_FORGET_S = 900.0
+CLIENTS_KEPT = 10_000  # clients whose failures are remembered at once (the oldest go first): memory stays bounded
+# gradio's routes that answer without a login although they act on a session: /cancel stops a running
+# answer (the Stop button), /reset is a no-op kept for old clients. Behind a login, they need it too.
+SESSION_ROUTES = ("/gradio_api/cancel", "/gradio_api/reset")
+
+
+@dataclass
+class _Client:
+    failures: int = 0
+    last: float = 0.0
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class Guard:
+    """ASGI middleware in front of gradio's routes: a growing delay after each failed login, per client
+    address, and a login for the session routes gradio leaves open (``SESSION_ROUTES``).
+
+    Middleware because gradio's ``/login`` route and its login check are closures inside ``App.create_app``:
+    there is no hook for either. The login check below reads the same cookies gradio's ``get_current_user``
+    does, and a client's attempts are taken one at a time, so parallel guesses wait their turn as well.
+    """
+
+    def __init__(self, app: Callable[..., Any]) -> None:
+        self.app = app
+        self.clients: OrderedDict[str, _Client] = OrderedDict()
+
+    async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
+        served = scope.get("app")
+        if scope["type"] != "http" or getattr(served, "auth", None) is None or scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        path = str(scope.get("path", "")).rstrip("/")
+        if path.endswith("/login"):
+            await self._login(scope, receive, send)
+        elif path.endswith(SESSION_ROUTES) and not self._signed_in(served, scope):
+            await send({"type": "http.response.start", "status": 401, "headers": [(b"content-type", b"text/plain")]})
+            await send({"type": "http.response.body", "body": b"Not authenticated"})
+        else:
+            await self.app(scope, receive, send)
+
+    @staticmethod
+    def _signed_in(served: Any, scope: dict[str, Any]) -> bool:
+        from starlette.requests import Request
+
+        cookies = Request(scope).cookies
+        token = cookies.get(f"access-token-{served.cookie_id}") or cookies.get(
+            f"access-token-unsecure-{served.cookie_id}"
+        )
+        return token is not None and token in served.tokens
+
+    def _client(self, address: str) -> _Client:
+        now = time.monotonic()
+        while self.clients:  # the oldest first: drop the forgotten ones, and any beyond CLIENTS_KEPT
+            oldest = next(iter(self.clients.values()))
+            if now - oldest.last < LOGIN_FORGET_S and len(self.clients) < CLIENTS_KEPT:
+                break
+            if oldest.lock.locked():
+                break
+            self.clients.popitem(last=False)
+        client = self.clients.pop(address, None) or _Client(last=now)
+        self.clients[address] = client  # now the newest
+        return client
+
+    async def _login(self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
+        address = (scope.get("client") or ("?", 0))[0]
+        client = self._client(address)
+        async with client.lock:
+            if client.failures:
+                await asyncio.sleep(min(LOGIN_DELAY_S * 2 ** (client.failures - 1), LOGIN_DELAY_MAX_S))
+            status: list[int] = []
+
+            async def watch(message: dict[str, Any]) -> None:
+                if message["type"] == "http.response.start":
+                    status.append(int(message["status"]))
+                await send(message)
+
+            await self.app(scope, receive, watch)
+            if status and status[0] == 200:
+                client.failures = 0
+            elif status and 400 <= status[0] < 500:
+                client.failures += 1
+            client.last = time.monotonic()
+
+
+def _remove_at_stop(folder: Path) -> Callable[[Any], AbstractAsyncContextManager[None]]:
+    """A FastAPI lifespan that removes the app's private folder (``files.server_folder``) when the server stops."""
+
+    @asynccontextmanager
+    async def lifespan(_app: Any) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            remove_server_folder(folder)
+
+    return lifespan
+
+
 def _theme() -> gr.themes.Base:
     # Bold from the full Bold file: the SemiBold woff2 gradio ships is a tiny glyph subset,
     # so weight 600 renders titles in a mix of fonts.
@@ -93,6 +205,8 @@ def serve(
 
     Tests call this with ``block=False`` so they exercise the same options as users.
     """
+    from starlette.middleware import Middleware
+
     check_exposure(settings, insecure_no_auth)
     auth = resolve_auth(settings)
     try:
@@ -112,6 +226,13 @@ def serve(
             ssr_mode=False,
             theme=_theme(),
             css=static_text("app.css"),
+            # FastAPI's own schema at /openapi.json would list every route without a login (gradio's
+            # /gradio_api/openapi.json asks for one); the guard and the private folder: see above.
+            app_kwargs={
+                "openapi_url": None,
+                "lifespan": _remove_at_stop(Path(app.GRADIO_CACHE)),
+                "middleware": [Middleware(Guard)],
+            },
         )
     except OSError as exc:  # the port is taken, or the host is not an address of this machine
         raise RagPapersError(
@@ -154,7 +275,15 @@ def launch(
         )
     print(f"rag-papers chat on {where}{' (sign-in required)' if auth else ''}; Ctrl+C to stop", flush=True)
     print(f"log: {log_path}", flush=True)
+    # SIGTERM (a service manager, `kill`) stops the server as Ctrl+C does: gradio then shuts it down,
+    # which removes its private folder with the exports; the default action would leave them behind.
+    if threading.current_thread() is threading.main_thread():  # only there may a handler be set
+        signal.signal(signal.SIGTERM, _interrupt)
     serve(app, settings, block=True, quiet=True, insecure_no_auth=insecure_no_auth)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
 
 
 _FAULT_LOG: IO[str] | None = None  # kept open: faulthandler writes to it at crash time

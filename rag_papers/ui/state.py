@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from rag_papers.answer import Answer
@@ -50,7 +49,6 @@ class UIState:
     view: tuple[int, int] | None = None  # (exchange index, source number) shown in the panel
     show_rewrite: bool = False
     chat_id: str | None = None  # its key in the browser's history (``history.py``), once it has one
-    export_dir: Path | None = None
 
     def busy(self) -> bool:
         """A question is still being answered (stale ones, e.g. a closed tab, stop counting)."""
