@@ -110,7 +110,9 @@ def _filters(p: argparse.ArgumentParser) -> None:
     g.add_argument("--year-min", type=int, help="only papers from this year on (default: no limit)")
     g.add_argument("--year-max", type=int, help="only papers up to this year (default: no limit)")
     g.add_argument("--venue", help="only papers from this venue (default: any)")
-    g.add_argument("--keyword", help="only papers whose title or abstract contains these words (default: none)")
+    g.add_argument(
+        "--keyword", help="only papers whose title or abstract has each of these whole words, any case (default: none)"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
