@@ -38,6 +38,9 @@ class Exchange:
     claimed: bool = False  # a worker step has taken it (guards against a double run)
     started: float = field(default_factory=time.monotonic)
     phase: str = ""  # what the answer waits for (``AnswerStream.phase``), shown until text arrives
+    # Seconds spent waiting behind other sessions: for a place in the answer queue, then for the model
+    # (another answer holds it). Shown apart from the first-token time, which it is taken out of.
+    queued: float = 0.0
     stream: Any = field(default=None, repr=False, compare=False)  # the running AnswerStream, for Stop
 
 
