@@ -410,7 +410,7 @@ def test_regenerate_edit_and_resend_and_past_chats_renamed_searched_deleted(serv
     page.locator("#rp-chat button[aria-label='Retry']").last.click()  # regenerate
     page.wait_for_function(
         "() => { const m = document.querySelectorAll(\"#rp-chat [data-testid='bot']\");"
-        " return m.length === 2 && m[1].querySelector('.rp-meta') !== null; }"
+        " return m.length === 2 && /regenerated/.test((m[1].querySelector('.rp-meta') || {}).innerText); }"
     )
     assert users(page) == [ABBA_Q, "and what is its code availability?"]
 

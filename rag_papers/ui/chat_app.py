@@ -248,7 +248,8 @@ class ChatApp:
             return ("", *self._skip(4), *self._skip(3), state, None)
         if state.busy():  # said by the input, where the user looks (a toast from this step never showed)
             return (question, *self._skip(4), *self._busy(True, again=True), state, gr.skip())
-        state.exchanges.append(Exchange(question, "search" if retrieval_only else "answer"))
+        state.exchanges.append(Exchange(question, "search" if retrieval_only else "answer", again=state.regenerate))
+        state.regenerate = False
         return (
             "",
             chat_messages(state),
@@ -437,6 +438,8 @@ class ChatApp:
                 ex.footer += f" (first token {_ms(max(0.0, t['first_token_ms'] - model_wait_ms))})"
             if queued_ms >= QUEUE_SHOWN_MS:
                 ex.footer += f" · waited {_ms(queued_ms)} behind other answers"
+        if ex.again:
+            ex.footer += " · regenerated"
         if (not answer.refused or answer.model_refused) and answer.notice:
             ex.notice = answer.notice
 
@@ -469,6 +472,12 @@ class ChatApp:
         state.view = None
         state.chat_id = None  # the next question starts a new entry in the browser's history
         return (*self._outputs(state, final=True), "")
+
+    def regenerate(self, state: UIState | None) -> tuple[Any, ...]:
+        """The retry icon on the last answer: its question taken back, to be asked again (marked "regenerated")."""
+        if state is not None and state.exchanges and not state.busy():
+            state.regenerate = True
+        return self.take_back_last(state)
 
     def take_back_last(self, state: UIState | None) -> tuple[Any, ...]:
         """Regenerate and "Edit last question": the last exchange is taken back (from the screen and from the
@@ -742,6 +751,17 @@ class ChatApp:
                                 stop = gr.Button(
                                     "Stop", variant="stop", scale=1, visible=False, elem_id="rp-stop", min_width=80
                                 )
+                            # The filters in force, by the input where the question is typed (set in the settings).
+                            with gr.Row(elem_id="rp-filter-row"):
+                                chips = gr.HTML(filter_chips([]), elem_id="rp-chips", padding=False, scale=4)
+                                clear_filters = gr.Button(
+                                    "✕ Clear filters",
+                                    size="sm",
+                                    visible=False,
+                                    elem_id="rp-clear-filters",
+                                    scale=1,
+                                    min_width=120,
+                                )
                             busy = gr.HTML("", visible=False, elem_id="rp-busy-note", padding=False)
                             # Which LLM answers, beside the question (where chat UIs put it), not only in the settings.
                             with gr.Row(elem_id="rp-llm-row"):
@@ -770,17 +790,6 @@ class ChatApp:
                                 )
                                 refresh = gr.Button(
                                     "↻ Check LLM", size="sm", scale=0, min_width=110, elem_id="rp-refresh"
-                                )
-                            # The filters in force, by the input where the question is typed (set in the settings).
-                            with gr.Row(elem_id="rp-filter-row"):
-                                chips = gr.HTML(filter_chips([]), elem_id="rp-chips", padding=False, scale=4)
-                                clear_filters = gr.Button(
-                                    "✕ Clear filters",
-                                    size="sm",
-                                    visible=False,
-                                    elem_id="rp-clear-filters",
-                                    scale=1,
-                                    min_width=120,
                                 )
                             with gr.Accordion("Past chats", open=False, elem_id="rp-history"):
                                 past = gr.Radio(
@@ -963,7 +972,7 @@ class ChatApp:
             )
             # Regenerate (the Chatbot's retry icon on the last answer): the last question taken back and asked again.
             answer_again = chain(
-                chatbot.retry(self.take_back_last, [state], [msg, *chat_outputs], **quiet).then(**accept_args)
+                chatbot.retry(self.regenerate, [state], [msg, *chat_outputs], **quiet).then(**accept_args)
             )
             edit.click(self.take_back_last, [state], [msg, *chat_outputs], **quiet).then(
                 None, js="() => { const t = document.querySelector('#rp-input textarea'); if (t) t.focus(); }"

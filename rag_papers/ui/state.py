@@ -41,6 +41,7 @@ class Exchange:
     # Seconds spent waiting behind other sessions: for a place in the answer queue, then for the model
     # (another answer holds it). Shown apart from the first-token time, which it is taken out of.
     queued: float = 0.0
+    again: bool = False  # asked again by the retry icon (regenerate): its footer says so
     stream: Any = field(default=None, repr=False, compare=False)  # the running AnswerStream, for Stop
 
 
@@ -54,6 +55,7 @@ class UIState:
     show_rewrite: bool = False
     chat_id: str | None = None  # its key in the browser's history (``history.py``), once it has one
     export_dir: Path | None = None
+    regenerate: bool = False  # the next question accepted is the last one asked again (the retry icon)
 
     def busy(self) -> bool:
         """A question is still being answered (stale ones, e.g. a closed tab, stop counting)."""
