@@ -111,7 +111,9 @@ def _filters(p: argparse.ArgumentParser) -> None:
     g.add_argument("--year-min", type=int, help="only papers from this year on (default: no limit)")
     g.add_argument("--year-max", type=int, help="only papers up to this year (default: no limit)")
     g.add_argument("--venue", help="only papers from this venue (default: any)")
-    g.add_argument("--keyword", help="only papers whose title or abstract contains these words (default: none)")
+    g.add_argument(
+        "--keyword", help="only papers whose title or abstract has each of these whole words, any case (default: none)"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -414,7 +416,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             closest = "; below, the closest papers, not matches" if res.results else ""
             flag = f"  (no relevant paper: the abstracts don't seem to cover this{closest})"
         # The query echoed as a reminder, clipped: a query read from a file may be a megabyte long.
-        print(_safe(f"Query: {_clip(' '.join(q.split()), QUERY_ECHO)}{flag}"))
+        print(_safe(f"Query: {clip(' '.join(q.split()), QUERY_ECHO)}{flag}"))
         for rank, h in enumerate(res.results, 1):
             rerank = "" if h.rerank_score is None else f" (rerank {h.rerank_score:.3f})"
             score = _safe(f"{h.score:.3f}{rerank}")

@@ -137,9 +137,12 @@ _LATEX_FRAC = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
 _LATEX_CMD = re.compile(r"\\([A-Za-z]+)")
 _LATEX_OTHER = re.compile(r"\\[A-Za-z]+\s*(?:\{([^{}]*)\})?")  # an unknown command (and its argument)
 _SUPERSCRIPT = dict(zip("0123456789+-=()niTkᵀ′", "⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻⁼⁽⁾ⁿⁱᵀᵏᵀ′", strict=True))
-_SUBSCRIPT = dict(zip("0123456789+-=()", "₀₁₂₃₄₅₆₇₈₉₊₋₌₍₎", strict=True))
+# Subscript letters too: Unicode has these (τ_{max} -> τₘₐₓ), not the others.
+_SUBSCRIPT = dict(zip("0123456789+-=()aehijklmnoprstuvx", "₀₁₂₃₄₅₆₇₈₉₊₋₌₍₎ₐₑₕᵢⱼₖₗₘₙₒₚᵣₛₜᵤᵥₓ", strict=True))
 _SCRIPT = re.compile(r"([\^_])\s*(?:\{([^{}]*)\}|([^\s{}\\]))")
 _DOLLAR = "\ue000"  # a private-use stand-in for an escaped "\$" while "$" delimiters are dropped
+_BRACES = {"{": "\ue001", "}": "\ue002"}  # and for escaped "\{" "\}" while grouping braces are dropped
+_GROUP = re.compile(r"\{([^{}]*)\}")  # a grouping brace pair: "{FlashLLA}" -> "FlashLLA" (BibTeX's case guard)
 _MD_MARKS = [
     re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*"),  # **bold** (also inside a word: **Atte**ntion)
     re.compile(r"(?<!\w)__(?=\S)(.+?)(?<=\S)__(?!\w)"),  # __bold__
@@ -184,12 +187,18 @@ def plain_text(text: str) -> str:
     For what a reader sees (quoted sentences, the sources panel, the Markdown export, the CLI's
     passages); never for what is indexed or given to an LLM, which read the text as stored.
     """
-    if not re.search(r"[$\\*_`]", text):
+    if not re.search(r"[$\\*_`{]", text):
         return text  # the common case, fast
-    text = re.sub(r"\\([%&#_{}])", r"\1", text.replace("\\$", _DOLLAR))
+    text = re.sub(r"\\([{}])", lambda m: _BRACES[m.group(1)], text.replace("\\$", _DOLLAR))
+    text = re.sub(r"\\([%&#_])", r"\1", text)
     text = re.sub(r"\$\$?([^$]+?)\$\$?", _math, text)
     text = _LATEX_OTHER.sub(lambda m: m.group(1) or "", _latex(text))
+    for _ in range(4):  # nested: {{x}}
+        text, n = _GROUP.subn(r"\1", text)
+        if not n:
+            break
     text = text.replace("$", "").replace(_DOLLAR, "$")
+    text = text.replace(_BRACES["{"], "{").replace(_BRACES["}"], "}")
     for mark in _MD_MARKS:
         text = mark.sub(lambda m: m.group(m.lastindex or 1), text)
     return re.sub(r"[ \t]{2,}", " ", text)

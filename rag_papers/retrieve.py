@@ -13,8 +13,10 @@ one was kept. Absolute scores also decide ``relevant``.
 
 from __future__ import annotations
 
+import functools
 import re
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -212,14 +214,20 @@ class Filters:
         """The active filters in words, for messages: "year 2030 or later, venue 'NOPE'"."""
         return ", ".join(self.parts())
 
-    def chroma_where(self) -> dict[str, Any]:
+    def chroma_where(self, venues: Iterable[str] = ()) -> dict[str, Any]:
+        """The vector store's ``where`` for the year and venue filters (the keyword one is ``accepts``' alone).
+
+        Chroma compares strings exactly, while ``accepts`` ignores a venue's case: ``venues`` (the indexed
+        ones) turns the venue asked for into every spelling of it the index holds, so both paths agree.
+        """
         clauses: list[dict[str, Any]] = []
         if self.year_min is not None:
             clauses.append({"year": {"$gte": self.year_min}})
         if self.year_max is not None:
             clauses.append({"year": {"$lte": self.year_max}})
         if self.venue:
-            clauses.append({"venue": self.venue})
+            spellings = sorted({v for v in venues if v.lower() == self.venue.lower()}) or [self.venue]
+            clauses.append({"venue": spellings[0]} if len(spellings) == 1 else {"venue": {"$in": spellings}})
         if not clauses:
             return {}
         return clauses[0] if len(clauses) == 1 else {"$and": clauses}
@@ -232,8 +240,8 @@ class Filters:
         if self.venue and (paper.venue or "").lower() != self.venue.lower():
             return False
         if self.keyword:
-            text = f"{paper.title} {paper.abstract}".lower()
-            if not all(w in text for w in self.keyword.lower().split()):
+            text = f"{paper.title} {paper.abstract}"
+            if not all(_whole_word(w).search(text) for w in self.keyword.split()):
                 return False
         return True
 
@@ -279,6 +287,12 @@ class SearchRequest(BaseModel):
 
     def filters(self) -> Filters:
         return Filters(self.year_min, self.year_max, self.venue or None, self.keyword or None)
+
+
+@functools.lru_cache(maxsize=64)
+def _whole_word(word: str) -> re.Pattern[str]:
+    """``word`` as a whole word in any case: the keyword "RNA" must not match "learnable" (issue 28)."""
+    return re.compile(rf"(?<!\w){re.escape(word)}(?!\w)", re.IGNORECASE)
 
 
 # The two JSON shapes of a hit, in the key order the CLI and the API have always printed.
@@ -381,7 +395,7 @@ class Retriever:
         kw_side = self.index.pool().submit(self._keyword_side, query, pool) if mode == "hybrid" else None
 
         dense: dict[str, tuple[float, str]] = {}
-        where = filters.chroma_where()
+        where = filters.chroma_where([str(v) for v in self.index.field_values("venue") if v] if filters.venue else ())
         if mode in ("hybrid", "dense"):
             second = self.index.embedder2
             # The second model embeds the query in a worker thread while the first does here.

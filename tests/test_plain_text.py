@@ -49,7 +49,7 @@ def test_plain_text_renders_the_seeds_latex_and_markdown() -> None:
         ("$\\Theta(nd^2)$", "Θ(nd²)"),
         ("$\\alpha \\leq 0.5$ and $\\beta \\geq 1$, $\\approx 3$, $\\sim$10", "α ≤ 0.5 and β ≥ 1, ≈ 3, ~10"),
         ("95\\% agreement (\\eg images)", "95% agreement (e.g. images)"),
-        ("\\emph{deep} \\textit{and} \\mathbf{x} $\\tau_{\\max}$ $x_{1}$", "deep and x τ_max x₁"),
+        ("\\emph{deep} \\textit{and} \\mathbf{x} $\\tau_{\\max}$ $x_{1}$", "deep and x τₘₐₓ x₁"),
         ("**bold**, *Ann loves pie*, `code`, __strong__", "bold, Ann loves pie, code, strong"),
         ("snake_case stays, a*b*c stays, costs \\$5", "snake_case stays, a*b*c stays, costs $5"),
         ("no markup at all [1].", "no markup at all [1]."),

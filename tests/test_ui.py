@@ -151,7 +151,7 @@ def selected_source(page: Any) -> tuple[str, str]:
 def test_chat_in_browser(server: Served, page: Any, tmp_path: Path) -> None:
     """Answer with citations, open a cited paper, follow up, list papers, refuse, export, start over."""
     open_app(page, server.url)
-    assert "extractive answers" in page.locator("#rp-status-wrap").inner_text()
+    assert "Quoting the abstracts, no LLM" in page.locator("#rp-status-wrap").inner_text()
 
     reply = ask(page, "What does ABBA claim?")
     assert "[1]" in reply.inner_text()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import re
+import shutil
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator
@@ -50,6 +51,13 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 ANY = "Any"
 STREAM_INTERVAL = 0.03  # seconds between UI updates while streaming (tokens are batched)
+QUEUE_SHOWN_MS = 300.0  # a wait behind other sessions shorter than this is not worth a word
+N_CHAT = 8  # the outputs of every chat step: chatbot, panel, picker, state, export, stop, Ask, busy note
+# Why Ask is off while an answer runs (under the input); said louder when a question is sent anyway.
+BUSY_NOTE = "Answering… Ask is back when this answer is done; press Stop to ask something else now."
+BUSY_AGAIN = (
+    "Still answering the previous question: your text stays in the box. Ask it when this answer is done, or press Stop."
+)
 
 
 def _ms(value: float | None) -> str:
@@ -84,10 +92,13 @@ def backend_status(settings: Settings, name: str | None, model: str | None) -> t
         return why, "ok"
     if (name or settings.llm) == "extractive":
         return "Extractive answers: quotes from the abstracts, no LLM", "ok"
-    head = why.split(" (", 1)[0].split(";", 1)[0]
-    if ": " in head:  # "… has no model 'x': run `ollama pull x`" -> keep the reason only
-        head = head.split(": ", 1)[0]
-    return f"{head[:1].upper()}{head[1:]}: extractive answers", "warn"
+    # No LLM to be had: what the user gets, and how to get more, in one calm line (issue 28: not an error).
+    advice = why.split(";", 1)[0].rsplit(": ", 1)[-1] if ": " in why else ""
+    if "ollama serve" in advice:
+        advice = "start Ollama with `ollama serve`"
+    elif not advice.startswith("run "):
+        advice = "choose an LLM beside the question box"
+    return f"Quoting the abstracts, no LLM · for written answers, {advice}", "info"
 
 
 def _example_questions(engine: Engine, limit: int = 3) -> list[str]:
@@ -180,21 +191,33 @@ class ChatApp:
         if self.files is None:  # handlers called on an app never built (tests)
             self.files = files.server_folder()
         path = files.write_export(self.files, export_markdown(state))
+        state.export_dirs.append(path.parent)
         return gr.update(value=str(path), interactive=True)
 
     def _outputs(self, state: UIState, *, panel: bool = True, final: bool = False) -> tuple[Any, ...]:
-        """Values for (chatbot, panel, picker, state, export, stop), the outputs of every chat step."""
+        """Values for (chatbot, panel, picker, state, export, stop, Ask, busy note), the outputs of every chat
+        step; ``final``: the answer is over, so Stop goes and Ask comes back."""
         return (
             chat_messages(state),
             sources_panel(state) if panel else gr.skip(),
             radio_update(state) if panel else gr.skip(),
             state,
             self._export(state) if final else gr.skip(),
-            gr.update(visible=False) if final else gr.skip(),
+            *(self._busy(False) if final else (gr.skip(),) * 3),
         )
 
     @staticmethod
-    def _skip(n: int = 6) -> tuple[Any, ...]:
+    def _busy(on: bool, again: bool = False) -> tuple[Any, Any, Any]:
+        """(Stop, Ask, note) while an answer runs (``on``) or not: Ask is off, and the note says why."""
+        note = f'<div class="rp-busy{" rp-again" if again else ""}" role="status">{BUSY_AGAIN if again else BUSY_NOTE}</div>'
+        return (
+            gr.update(visible=on),
+            gr.update(interactive=not on),
+            gr.update(value=note if on else "", visible=on),
+        )
+
+    @staticmethod
+    def _skip(n: int = N_CHAT) -> tuple[Any, ...]:
         return tuple(gr.skip() for _ in range(n))
 
     def _claim(self, state: UIState | None, pending: int | None, mode: str) -> Exchange | None:
@@ -221,18 +244,18 @@ class ChatApp:
         state = state or self.new_state()
         question = (question or "").strip()
         if not question:
-            return ("", *self._skip(5), state, None)
-        if state.busy():
-            gr.Warning("Still answering the previous question: wait for it or press Stop.")
-            return (question, *self._skip(5), state, gr.skip())
-        state.exchanges.append(Exchange(question, "search" if retrieval_only else "answer"))
+            return ("", *self._skip(4), *self._skip(3), state, None)
+        if state.busy():  # said by the input, where the user looks (a toast from this step never showed)
+            return (question, *self._skip(4), *self._busy(True, again=True), state, gr.skip())
+        state.exchanges.append(Exchange(question, "search" if retrieval_only else "answer", again=state.regenerate))
+        state.regenerate = False
         return (
             "",
             chat_messages(state),
             gr.skip(),
             gr.skip(),
             gr.skip(),
-            gr.update(visible=True),
+            *self._busy(True),
             state,
             len(state.exchanges) - 1,
         )
@@ -284,6 +307,7 @@ class ChatApp:
         if state is None or pending is None or ex is None:
             yield self._skip()
             return
+        ex.queued = time.monotonic() - ex.started  # in the "generate" queue behind other sessions' answers
         try:
             backend_name, model_value = self.resolve(backend_name, model)
         except RagPapersError as exc:  # a name the server does not allow: shown, nothing looked up
@@ -337,10 +361,17 @@ class ChatApp:
             ex.phase = stream.phase
             yield self._outputs(state)
             last = 0.0
+            waiting_since: float | None = time.perf_counter() if stream.phase == "waiting" else None
+            model_wait = 0.0  # the model busy with another session's answer (a one-at-a-time backend)
             for chunk in stream:
                 ex.text += chunk
                 now = time.perf_counter()
                 phase, ex.phase = ex.phase, stream.phase
+                if ex.phase == "waiting" and waiting_since is None:
+                    waiting_since = now
+                elif ex.phase != "waiting" and waiting_since is not None:
+                    model_wait += now - waiting_since
+                    waiting_since = None
                 # Text as it streams; while none comes (keepalives), a change of phase or the clock.
                 if now - last >= (STREAM_INTERVAL if chunk else 1.0) or phase != ex.phase:
                     last = now
@@ -351,7 +382,7 @@ class ChatApp:
                 ex.footer = f"stopped after {_ms((time.perf_counter() - t0) * 1000)}"
             else:
                 assert answer is not None
-                self._finish(state, index, ex, answer, stream.result)
+                self._finish(state, index, ex, answer, stream.result, model_wait * 1000)
         except Exception as exc:  # noqa: BLE001 - LLMError, RagPapersError or a bug: shown, never a traceback
             if not isinstance(exc, RagPapersError):
                 log.exception("answering %r failed", ex.question)
@@ -382,7 +413,9 @@ class ChatApp:
         result: T = box["out"]
         return result
 
-    def _finish(self, state: UIState, index: int, ex: Exchange, answer: Answer, result: SearchResult) -> None:
+    def _finish(
+        self, state: UIState, index: int, ex: Exchange, answer: Answer, result: SearchResult, model_wait_ms: float = 0.0
+    ) -> None:
         ex.answer = answer
         ex.text = answer.answer
         ex.refused = answer.refused
@@ -396,9 +429,16 @@ class ChatApp:
             ex.footer = f"no LLM called · retrieval {_ms(t.get('retrieval_ms'))}"
         else:
             who = answer.backend + (f" {answer.model}" if answer.model else "")
-            ex.footer = f"{who} · retrieval {_ms(t.get('retrieval_ms'))} · generation {_ms(t.get('generation_ms'))}"
+            # Time spent behind other sessions is said apart, and not counted as the model's first token.
+            queued_ms = ex.queued * 1000 + model_wait_ms
+            generation = max(0.0, t.get("generation_ms", 0.0) - model_wait_ms) if "generation_ms" in t else None
+            ex.footer = f"{who} · retrieval {_ms(t.get('retrieval_ms'))} · generation {_ms(generation)}"
             if answer.backend != "extractive" and "first_token_ms" in t:
-                ex.footer += f" (first token {_ms(t['first_token_ms'])})"
+                ex.footer += f" (first token {_ms(max(0.0, t['first_token_ms'] - model_wait_ms))})"
+            if queued_ms >= QUEUE_SHOWN_MS:
+                ex.footer += f" · waited {_ms(queued_ms)} behind other answers"
+        if ex.again:
+            ex.footer += " · regenerated"
         if (not answer.refused or answer.model_refused) and answer.notice:
             ex.notice = answer.notice
 
@@ -424,34 +464,61 @@ class ChatApp:
         return self._outputs(state, final=True)
 
     def new_chat(self, state: UIState | None) -> tuple[Any, ...]:
-        """Forget the conversation (history, sources, export) but keep the controls."""
+        """Forget the conversation (history, sources, export) but keep the controls; the chat outputs and the input."""
         state = state or self.new_state()
         state.session.reset()
         state.exchanges.clear()
         state.view = None
         state.chat_id = None  # the next question starts a new entry in the browser's history
-        return (
-            [],
-            empty_panel(),
-            radio_update(state),
-            state,
-            gr.update(value=None, interactive=False),
-            gr.update(visible=False),
-            "",
+        return (*self._outputs(state, final=True), "")
+
+    def regenerate(self, state: UIState | None) -> tuple[Any, ...]:
+        """The retry icon on the last answer: its question taken back, to be asked again (marked "regenerated")."""
+        if state is not None and state.exchanges and not state.busy():
+            state.regenerate = True
+        return self.take_back_last(state)
+
+    def take_back_last(self, state: UIState | None) -> tuple[Any, ...]:
+        """Regenerate and "Edit last question": the last exchange is taken back (from the screen and from the
+        conversation a follow-up is rewritten against), its question put back in the input box; (input, chat
+        outputs). Regenerate then asks it again as it is; Edit leaves it there to change and send."""
+        if state is None or not state.exchanges or state.busy():
+            return (gr.skip(), *self._skip())
+        last = state.exchanges.pop()
+        # The session's turns are those of the answered exchanges, in order: keep the ones still shown.
+        answered = sum(
+            1
+            for ex in state.exchanges
+            if ex.mode == "answer" and ex.answer is not None and not ex.error and not ex.stopped
         )
+        del state.session.turns[answered:]
+        if state.view is not None and state.view[0] >= len(state.exchanges):
+            state.view = None
+        return (last.question, *self._outputs(state, final=True))
 
     # ------------------------------------------------------------ past chats (kept in the browser)
     @staticmethod
-    def _past_update(stored: list[dict[str, Any]], current: str | None) -> Any:
-        listed = history.choices(stored)
+    def _past_update(stored: list[dict[str, Any]], current: str | None, query: Any = "") -> Any:
+        listed = history.choices(stored, str(query or ""))
         return gr.update(choices=listed, value=current if any(v == current for _, v in listed) else None)
 
-    def remember(self, state: UIState | None, stored: Any) -> tuple[Any, Any]:
+    def remember(self, state: UIState | None, stored: Any, query: Any = "") -> tuple[Any, Any]:
         """After each answer (or Stop): this conversation saved first in the browser's history."""
         if state is None or not state.exchanges:
             return gr.skip(), gr.skip()
         kept = history.save(stored, state)
-        return kept, self._past_update(kept, state.chat_id)
+        return kept, self._past_update(kept, state.chat_id, query)
+
+    def search_past(self, query: Any, stored: Any, state: UIState | None) -> Any:
+        """The list of past chats narrowed to those whose name, questions or answers hold the words typed."""
+        return self._past_update(history.entries(stored), state.chat_id if state is not None else None, query)
+
+    def rename_past(self, chat_id: Any, title: Any, stored: Any, query: Any) -> tuple[Any, Any, Any]:
+        """Name the selected past chat (the name stays as the chat goes on); the box is emptied."""
+        if not chat_id or not str(title or "").strip():
+            return gr.skip(), gr.skip(), gr.skip()
+        kept = history.rename(stored, str(chat_id), str(title))
+        return kept, self._past_update(kept, str(chat_id), query), ""
 
     def reopen(self, chat_id: Any, stored: Any, state: UIState | None) -> tuple[Any, ...]:
         """Open a past chat: shown as it was, and its answered turns back in the session for follow-ups."""
@@ -468,14 +535,18 @@ class ChatApp:
         shown = self.reopen(latest, kept, None) if latest else self._skip()
         return (*shown, self._past_update(kept, latest))
 
-    def forget(self, chat_id: Any, stored: Any, state: UIState | None) -> tuple[Any, ...]:
-        """Delete a past chat from the browser; deleting the one on screen also clears the screen."""
+    def forget(self, chat_id: Any, stored: Any, state: UIState | None, query: Any = "") -> tuple[Any, ...]:
+        """Delete a past chat from the browser; deleting the one on screen also clears the screen and deletes
+        its exported files from the server's disk (nothing of it is left)."""
         kept = history.remove(stored, str(chat_id or ""))
         if state is not None and chat_id and state.chat_id == chat_id:
-            cleared = self.new_chat(state)[:6]  # the chat outputs, without the input box
+            for folder in state.export_dirs:
+                shutil.rmtree(folder, ignore_errors=True)
+            state.export_dirs.clear()
+            cleared = self.new_chat(state)[:N_CHAT]  # the chat outputs, without the input box
         else:
             cleared = self._skip()
-        return (*cleared, kept, self._past_update(kept, state.chat_id if state is not None else None))
+        return (*cleared, kept, self._past_update(kept, state.chat_id if state is not None else None, query))
 
     def select_source(self, n: Any, state: UIState | None) -> tuple[Any, ...]:
         """The "Show source" picker changed."""
@@ -496,6 +567,52 @@ class ChatApp:
             return gr.skip(), gr.skip(), gr.skip()
         state.view = (idx, n)
         return sources_panel(state), radio_update(state), state
+
+    # ------------------------------------------------------------ settings (kept in the browser)
+    def keep_settings(
+        self, backend_name: Any, model: Any, top_k: Any, year_from: Any, year_to: Any, venue: Any, keyword: Any
+    ) -> dict[str, Any]:
+        """What the browser keeps of the settings, beside the past chats: a reload brings them back."""
+        return {
+            "backend": backend_name,
+            "model": model,
+            "top_k": top_k,
+            "year_from": year_from,
+            "year_to": year_to,
+            "venue": venue,
+            "keyword": keyword,
+        }
+
+    def restore_settings(self, kept: Any) -> tuple[Any, ...]:
+        """The kept settings back in their controls (backend, model, top k, years, venue, keyword), each only if
+        this server still offers it; anything else (absent, tampered) is left as the page has it."""
+        if not isinstance(kept, dict) or not kept:
+            return tuple(gr.skip() for _ in range(7))
+        name = kept.get("backend")
+        name_ok = isinstance(name, str) and name in backend_names()
+        choices = self.model_choices(name if name_ok else None, listed=False)
+        model = kept.get("model")
+        model_update = (
+            gr.update(choices=choices, value=model, interactive=bool(choices), info=model_info(choices))
+            if name_ok and (model in choices or (model is None and not choices))
+            else gr.skip()
+        )
+        top_k = kept.get("top_k")
+        years: list[Any] = [ANY, *self.years]
+
+        def pick(value: Any, allowed: list[Any]) -> Any:
+            return value if value in allowed else gr.skip()
+
+        keyword = kept.get("keyword")
+        return (
+            name if name_ok else gr.skip(),
+            model_update,
+            int(top_k) if isinstance(top_k, int | float) and 1 <= top_k <= 20 else gr.skip(),
+            pick(kept.get("year_from"), years),
+            pick(kept.get("year_to"), years),
+            pick(kept.get("venue"), [ANY, *self.venues]),
+            keyword[:200] if isinstance(keyword, str) else gr.skip(),
+        )
 
     def filter_chips(self, year_from: Any, year_to: Any, venue: Any, keyword: Any) -> tuple[str, Any]:
         """The chips by the input and the clear button, for the filters as they are now."""
@@ -612,6 +729,9 @@ class ChatApp:
             # The past chats, in this browser's localStorage (encrypted with a key kept in the data directory,
             # so they survive a restart of the app as well as a reload of the page).
             stored = gr.BrowserState([], storage_key="rag-papers-chats", secret=history.browser_secret(s.home))
+            kept_settings = gr.BrowserState(
+                {}, storage_key="rag-papers-settings", secret=history.browser_secret(s.home)
+            )
             state = gr.State(None)
             pending = gr.State(None)
             with gr.Row(elem_id="rp-header"):
@@ -664,12 +784,55 @@ class ChatApp:
                                     scale=1,
                                     min_width=120,
                                 )
+                            busy = gr.HTML("", visible=False, elem_id="rp-busy-note", padding=False)
+                            # Which LLM answers, beside the question (where chat UIs put it), not only in the settings.
+                            with gr.Row(elem_id="rp-llm-row"):
+                                first = self.llm if self.llm in backend_names() else "auto"
+                                backend = gr.Dropdown(
+                                    backend_names(),
+                                    value=first,
+                                    label="LLM backend",
+                                    scale=2,
+                                    min_width=130,
+                                    elem_id="rp-backend",
+                                )
+                                # A choice among the names the server allows (its default first), never a path;
+                                # the page load adds the models the Ollama server lists.
+                                initial = self.model_choices(first, listed=False)
+                                model = gr.Dropdown(
+                                    initial,
+                                    value=initial[0] if initial else None,
+                                    label="Model",
+                                    info=model_info(initial),
+                                    scale=3,
+                                    min_width=160,
+                                    elem_id="rp-model",
+                                    allow_custom_value=False,
+                                    interactive=bool(initial),
+                                )
+                                refresh = gr.Button(
+                                    "↻ Check LLM", size="sm", scale=0, min_width=110, elem_id="rp-refresh"
+                                )
                             with gr.Accordion("Past chats", open=False, elem_id="rp-history"):
                                 past = gr.Radio(
                                     choices=[],
                                     label="Kept in this browser: pick one to reopen it",
                                     elem_id="rp-past",
                                 )
+                                past_q = gr.Textbox(
+                                    label="Search past chats",
+                                    placeholder="words of a chat's name, questions or answers",
+                                    elem_id="rp-past-search",
+                                    max_lines=1,
+                                )
+                                with gr.Row(elem_id="rp-past-actions"):
+                                    new_name = gr.Textbox(
+                                        label="New name for the selected chat",
+                                        elem_id="rp-rename-box",
+                                        max_lines=1,
+                                        scale=3,
+                                    )
+                                    rename = gr.Button("Rename", size="sm", elem_id="rp-rename", scale=1, min_width=90)
                                 forget = gr.Button(
                                     "Delete the selected chat", size="sm", variant="stop", elem_id="rp-forget"
                                 )
@@ -687,6 +850,9 @@ class ChatApp:
                                     elem_id="rp-show-rewrite",
                                     container=False,
                                     scale=3,
+                                )
+                                edit = gr.Button(
+                                    "✎ Edit last question", size="md", elem_id="rp-edit", min_width=100, scale=1
                                 )
                                 new = gr.Button("New chat", size="md", elem_id="rp-new", min_width=100, scale=1)
                                 export = gr.DownloadButton(
@@ -715,29 +881,6 @@ class ChatApp:
                                     padding=False,
                                 )
                             with gr.Accordion("Answering and retrieval settings", open=False, elem_id="rp-settings"):
-                                with gr.Row():
-                                    first = self.llm if self.llm in backend_names() else "auto"
-                                    backend = gr.Dropdown(
-                                        backend_names(),
-                                        value=first,
-                                        label="LLM backend",
-                                        scale=2,
-                                        elem_id="rp-backend",
-                                    )
-                                    # A choice among the names the server allows (its default first), never a path;
-                                    # the page load adds the models the Ollama server lists.
-                                    initial = self.model_choices(first, listed=False)
-                                    model = gr.Dropdown(
-                                        initial,
-                                        value=initial[0] if initial else None,
-                                        label="Model",
-                                        info=model_info(initial),
-                                        scale=3,
-                                        elem_id="rp-model",
-                                        allow_custom_value=False,
-                                        interactive=bool(initial),
-                                    )
-                                refresh = gr.Button("↻ Check LLM", size="sm")
                                 top_k = gr.Slider(
                                     1,
                                     20,
@@ -764,7 +907,7 @@ class ChatApp:
                                 )
                                 keyword = gr.Textbox(
                                     label="Keyword filter",
-                                    placeholder="only papers containing these words",
+                                    placeholder="only papers containing these whole words (any case)",
                                     elem_id="rp-keyword",
                                 )
                                 index_line = gr.Markdown(self.index_line(self.n_papers), elem_id="rp-index-line")
@@ -803,13 +946,13 @@ class ChatApp:
             api_go = gr.Button(visible=False)
 
             # ------------------------------------------------------------ events
-            chat_outputs = [chatbot, panel, picker, state, export, stop]
+            chat_outputs = [chatbot, panel, picker, state, export, stop, send, busy]
             filt = [year_from, year_to, venue, keyword]
 
             accept_args: dict[str, Any] = {
                 "fn": self.accept,
                 "inputs": [msg, state, retrieval_only],
-                "outputs": [msg, chatbot, panel, picker, export, stop, state, pending],
+                "outputs": [msg, chatbot, panel, picker, export, stop, send, busy, state, pending],
                 "queue": False,
                 "api_visibility": "private",
             }
@@ -836,7 +979,7 @@ class ChatApp:
                     api_visibility="private",
                     show_progress="hidden",
                 )
-                answered.then(self.remember, [state, stored], [stored, past], **quiet)
+                answered.then(self.remember, [state, stored, past_q], [stored, past], **quiet)
                 return answered
 
             def use_example(evt: gr.SelectData) -> str:
@@ -849,26 +992,50 @@ class ChatApp:
                     **accept_args
                 )
             )
+            # Regenerate (the Chatbot's retry icon on the last answer): the last question taken back and asked again.
+            answer_again = chain(
+                chatbot.retry(self.regenerate, [state], [msg, *chat_outputs], **quiet).then(**accept_args)
+            )
+            edit.click(self.take_back_last, [state], [msg, *chat_outputs], **quiet).then(
+                None, js="() => { const t = document.querySelector('#rp-input textarea'); if (t) t.focus(); }"
+            )
             stop.click(
                 self.stop,
                 [state],
                 chat_outputs,
-                cancels=[answer_typed, answer_example],
+                cancels=[answer_typed, answer_example, answer_again],
                 queue=False,
                 api_visibility="private",
-            ).then(self.remember, [state, stored], [stored, past], **quiet)
+            ).then(self.remember, [state, stored, past_q], [stored, past], **quiet)
             past.input(self.reopen, [past, stored, state], chat_outputs, **quiet)
-            forget.click(self.forget, [past, stored, state], [*chat_outputs, stored, past], **quiet)
+            forget.click(self.forget, [past, stored, state, past_q], [*chat_outputs, stored, past], **quiet)
+            past_q.change(self.search_past, [past_q, stored, state], past, **quiet)
+            gr.on(
+                [rename.click, new_name.submit],
+                self.rename_past,
+                [past, new_name, stored, past_q],
+                [stored, past, new_name],
+                **quiet,
+            )
             demo.load(self.on_load, [stored], [*chat_outputs, past], **quiet)
             # A click writes the file afresh (the old one may have been removed, EXPORT_KEEP_S): the next click has it.
             export.click(self._export, [state], [export], **quiet)
             new.click(
                 self.new_chat,
                 [state],
-                [chatbot, panel, picker, state, export, stop, msg],
+                [*chat_outputs, msg],
                 api_name="new_chat",
                 queue=False,
-                cancels=[answer_typed, answer_example],
+                cancels=[answer_typed, answer_example, answer_again],
+            )
+            # The Chatbot's own trash icon: a clean conversation, as "New chat" (not only a cleared screen).
+            chatbot.clear(
+                lambda st: self.new_chat(st)[:N_CHAT],
+                [state],
+                chat_outputs,
+                queue=False,
+                cancels=[answer_typed, answer_example, answer_again],
+                api_visibility="private",
             )
             picker.input(self.select_source, [picker, state], [panel, state], queue=False, api_visibility="private")
             panel.cite(self.on_cite, [state], [panel, picker, state], queue=False, api_visibility="private")
@@ -887,10 +1054,30 @@ class ChatApp:
                 "api_visibility": "private",
                 "show_progress": "hidden",
             }
-            demo.load(self.refresh_models, [backend, model], [model, status], **status_args)
+            # The kept settings first, then the models and the status for them (a user's change of backend is
+            # .input: restoring one must not reset the model to the backend's default).
+            settings_box = [backend, model, top_k, *filt]
+            demo.load(self.restore_settings, [kept_settings], settings_box, **quiet).then(
+                self.refresh_models, [backend, model], [model, status], **status_args
+            ).then(self.filter_chips, filt, [chips, clear_filters], **quiet)
+            gr.on(
+                [
+                    backend.change,
+                    model.change,
+                    top_k.change,
+                    year_from.change,
+                    year_to.change,
+                    venue.change,
+                    keyword.change,
+                ],
+                self.keep_settings,
+                settings_box,
+                kept_settings,
+                **quiet,
+            )
             # The index may have grown since the app started (an `ingest` beside it): say what it holds now.
             demo.load(self.index_info, None, [brand, index_line], queue=False, api_visibility="private")
-            backend.change(self.on_backend, [backend], [model, status], **status_args)
+            backend.input(self.on_backend, [backend], [model, status], **status_args)
             model.input(self.status, [backend, model], status, **status_args)
             refresh.click(self.refresh_models, [backend, model], [model, status], **status_args)
 

@@ -36,6 +36,19 @@ def _md_text(text: str) -> str:
     return "".join(out)
 
 
+def _where(venue: str | None, year: int | None) -> str:
+    """A reference's venue and year ("ICLR 2026, "), or "" when the record has neither."""
+    said = " ".join(x for x in (_md_line(venue or ""), str(year) if year else "") if x)
+    return f"{said}, " if said else ""
+
+
+def _claim_line(text: str, supported: bool, support: float, cited: list[str], numbers: dict[str, int]) -> str:
+    """One claim and its support mark, as the chat shows it: supported, unsupported, or citing nothing."""
+    refs = "".join(f"[{numbers[c]}]" for c in cited if c in numbers)
+    mark = "✓ supported" if supported else "⚠ unsupported" if cited else "⚠ cites nothing"
+    return f"- {mark} ({support:.2f}): {_md_line(text)}{' ' + refs if refs else ''}"
+
+
 def export_markdown(state: UIState) -> str:
     """The conversation as Markdown: each question, its answer and a References list.
 
@@ -66,6 +79,18 @@ def export_markdown(state: UIState) -> str:
                 lines += [f"**Not covered.** {_md_text(ex.text)}", ""]
             elif ex.text:
                 lines += [_md_text(ex.text.strip()), ""]
+            answer = ex.answer
+            if answer is not None and not ex.refused:
+                # The lead's branch adds ``Answer.uncovered`` (what the question asks that no abstract mentions);
+                # read with a default here only, so the export works with and without it.
+                uncovered = [str(u) for u in getattr(answer, "uncovered", []) or []]
+                if uncovered:
+                    lines += [f"*The abstracts don't mention: {_md_line(', '.join(uncovered))}*", ""]
+                if answer.claims:
+                    numbers = {it.id: it.n for it in ex.items}
+                    lines += ["**Claims**", ""]
+                    lines += [_claim_line(c.text, c.supported, c.support, c.citations, numbers) for c in answer.claims]
+                    lines.append("")
             if ex.error:
                 lines += [f"> ⚠ {_md_line(ex.error)}", ""]
             if ex.footer:
@@ -73,6 +98,8 @@ def export_markdown(state: UIState) -> str:
             refs = [it for it in ex.items if it.cited] or ([] if ex.refused else ex.items)
             if refs and not ex.refused:
                 lines += ["**References**", ""]
-                lines += [f"- [{it.n}] {_md_line(it.title)} (id {_md_id(it.id)})" for it in refs]
+                lines += [
+                    f"- [{it.n}] {_md_line(it.title)} ({_where(it.venue, it.year)}id {_md_id(it.id)})" for it in refs
+                ]
                 lines.append("")
     return "\n".join(lines).rstrip() + "\n"

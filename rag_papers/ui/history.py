@@ -150,6 +150,7 @@ def title_of(state: UIState) -> str:
 
 def save(history: Any, state: UIState) -> list[dict[str, Any]]:
     """``history`` with this conversation stored first (its finished exchanges), at most ``MAX_CHATS``."""
+    old = next((c for c in entries(history) if c["id"] == state.chat_id), None)
     chats = [c for c in entries(history) if c["id"] != state.chat_id]
     done = [ex for ex in state.exchanges if ex.done][-MAX_EXCHANGES:]
     if not done:
@@ -157,13 +158,37 @@ def save(history: Any, state: UIState) -> list[dict[str, Any]]:
     if state.chat_id is None:
         state.chat_id = uuid.uuid4().hex[:12]
     carried = {(t.question, t.standalone): t.context for t in state.session.turns}
+    named = old is not None and old.get("named") is True  # a name the user gave it stays
     entry = {
         "id": state.chat_id,
-        "title": title_of(state),
+        "title": old["title"] if old is not None and named else title_of(state),
+        "named": named,
         "updated": time.time(),
         "exchanges": [exchange_data(ex, carried.get((ex.question, ex.standalone), ())) for ex in done],
     }
     return [entry, *chats][:MAX_CHATS]
+
+
+def rename(history: Any, chat_id: str | None, title: str) -> list[dict[str, Any]]:
+    """``history`` with chat ``chat_id`` named ``title`` (one line, at most 70 characters; kept from now on)."""
+    title = " ".join(str(title).split())[:70]
+    chats = entries(history)
+    if title:
+        for c in chats:
+            if c["id"] == chat_id:
+                c["title"], c["named"] = title, True
+    return chats
+
+
+def matches(chat: dict[str, Any], query: str) -> bool:
+    """Whether every word of ``query`` is in the chat's name or one of its questions or answers (any case)."""
+    text = " ".join(
+        [
+            chat["title"],
+            *(str(ex.get(k) or "") for ex in chat["exchanges"] if isinstance(ex, dict) for k in ("question", "text")),
+        ]
+    ).lower()
+    return all(w in text for w in query.lower().split())
 
 
 def entries(history: Any) -> list[dict[str, Any]]:
@@ -185,10 +210,12 @@ def remove(history: Any, chat_id: str | None) -> list[dict[str, Any]]:
     return [c for c in entries(history) if c["id"] != chat_id]
 
 
-def choices(history: Any) -> list[tuple[str, str]]:
-    """(label, id) for the list of past chats: its first question and when it was last used."""
+def choices(history: Any, query: str = "") -> list[tuple[str, str]]:
+    """(label, id) for the list of past chats (those ``query`` finds): its name and when it was last used."""
     out = []
     for c in entries(history):
+        if query and not matches(c, query):
+            continue
         try:
             stamp = time.strftime("%d %b %H:%M", time.localtime(float(c.get("updated", ""))))
         except (TypeError, ValueError, OverflowError, OSError):  # absent, or no time a clock can show

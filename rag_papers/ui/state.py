@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rag_papers.answer import Answer
@@ -37,6 +38,10 @@ class Exchange:
     claimed: bool = False  # a worker step has taken it (guards against a double run)
     started: float = field(default_factory=time.monotonic)
     phase: str = ""  # what the answer waits for (``AnswerStream.phase``), shown until text arrives
+    # Seconds spent waiting behind other sessions: for a place in the answer queue, then for the model
+    # (another answer holds it). Shown apart from the first-token time, which it is taken out of.
+    queued: float = 0.0
+    again: bool = False  # asked again by the retry icon (regenerate): its footer says so
     stream: Any = field(default=None, repr=False, compare=False)  # the running AnswerStream, for Stop
 
 
@@ -49,6 +54,8 @@ class UIState:
     view: tuple[int, int] | None = None  # (exchange index, source number) shown in the panel
     show_rewrite: bool = False
     chat_id: str | None = None  # its key in the browser's history (``history.py``), once it has one
+    export_dirs: list[Path] = field(default_factory=list)  # this chat's exports (deleted with it)
+    regenerate: bool = False  # the next question accepted is the last one asked again (the retry icon)
 
     def busy(self) -> bool:
         """A question is still being answered (stale ones, e.g. a closed tab, stop counting)."""

@@ -6,7 +6,8 @@
   (BM25 on the specific words of its title), the keyword index's nearest neighbours, found without
   touching the vector store. Papers are named by their method, else by their title in quotes.
 * "Which papers study <phrase>?" for a topic phrase of one paper that other papers' abstracts use too,
-  made of words specific enough to be evidence (in at most a quarter of the papers, ``useful_terms``).
+  made of words specific enough to be evidence (in at most a quarter of the papers, ``useful_terms``), the
+  rarest of them in few papers (``specific_enough``): a topic of this corpus, not "neural networks".
 
 Cheap at any size and the same for the same index: it reads ``SAMPLE`` papers spread over the registry
 (``Index.sample``) and asks the keyword index a bounded number of questions.
@@ -17,11 +18,14 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from rag_papers.corpus import Paper, _topic_phrases
+from rag_papers.corpus import _GENERIC, Paper, _topic_phrases
 from rag_papers.index import Index
 from rag_papers.keyword import useful_terms
 
 SAMPLE = 300  # papers read
+# A "which papers" phrase names a topic of this corpus when its rarest word is in few papers: at most this
+# share of them (3 at least). "neural networks" is in far more, in any corpus of papers (issue 28).
+SPECIFIC_SHARE = 0.05
 PAIR_TRIES = 40  # papers tried as one side of the comparison (two keyword queries each)
 _WORD = re.compile(r"[a-z][a-z-]*")
 _NAMED = re.compile(r"^([A-Z][\w-]{1,15}):")  # "ABBA: ...", "IG-FWI: ...": a title that names its method
@@ -84,10 +88,20 @@ def topic_phrase(index: Index, papers: list[Paper]) -> str | None:
     for phrase, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
         if n < 2:
             break
-        n_docs, stats = index.term_stats(phrase)
-        if stats and len(useful_terms(stats, n_docs)) == len(stats):
+        if specific_enough(index, phrase):
             return phrase
     return None
+
+
+def specific_enough(index: Index, phrase: str) -> bool:
+    """Whether ``phrase`` names something of this corpus: no word generic, every word specific enough to be
+    evidence (``useful_terms``), and the rarest in at most ``SPECIFIC_SHARE`` of the papers."""
+    if any(w in _GENERIC for w in phrase.lower().split()):
+        return False
+    n_docs, stats = index.term_stats(phrase)
+    if not stats or len(useful_terms(stats, n_docs)) != len(stats):
+        return False
+    return min(df for _, df in stats) <= max(3.0, SPECIFIC_SHARE * n_docs)
 
 
 def suggested_questions(index: Index, limit: int = 3) -> list[str]:

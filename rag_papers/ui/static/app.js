@@ -84,7 +84,17 @@ if (!window.__rpCard) {
       if (label && a.getAttribute('aria-label') !== label) a.setAttribute('aria-label', label);
     }
   };
+  // Each message's accessible name: gradio names it "bot's message: " and its raw content (our HTML, with
+  // entities); a screen reader should hear the words shown, so the name is the message's own text.
+  const who = {user: 'Question: ', bot: 'Answer: '};
+  const nameMessages = () => {
+    for (const m of document.querySelectorAll('#rp-chat [data-testid="user"], #rp-chat [data-testid="bot"]')) {
+      const label = who[m.dataset.testid] + m.innerText.replace(/\s+/g, ' ').trim();
+      if (m.getAttribute('aria-label') !== label) m.setAttribute('aria-label', label);
+    }
+  };
   // Once a frame at most: a streaming answer changes the page many times a second.
-  new MutationObserver(() => { if (!queued) { queued = true; requestAnimationFrame(name); } })
-    .observe(document.body, {childList: true, subtree: true});
+  new MutationObserver(() => {
+    if (!queued) { queued = true; requestAnimationFrame(() => { name(); nameMessages(); }); }
+  }).observe(document.body, {childList: true, subtree: true, characterData: true, attributes: true, attributeFilter: ['aria-label']});
 }
