@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
-from rag_papers.answer import Answer, AnswerStream, TermStats, as_data, load_prompt
+from rag_papers.answer import Answer, AnswerStream, TermStats, as_data, asks_for_papers, load_prompt
 from rag_papers.config import Settings
 from rag_papers.corpus import STOPWORDS
+from rag_papers.coverage import comparison_sides
 from rag_papers.index import Index
-from rag_papers.keyword import keyword_tokens
+from rag_papers.keyword import keyword_tokens, paper_text
 from rag_papers.llm import Backend, LLMError, get_backend
-from rag_papers.retrieve import QUERY_BOILERPLATE, Filters, Retriever, SearchResult
+from rag_papers.retrieve import QUERY_BOILERPLATE, Filters, Hit, Retriever, SearchResult
+
+LIST_TOP_K = 10  # papers a "which papers ..." question retrieves at least, to list every one above the floor
+SIDE_TOP_K = 3  # hits searched for each side of a comparison, for the first that names it
 
 
 class Engine:
@@ -59,10 +63,44 @@ class Engine:
         the papers retrieved. At most ``context_papers`` of them go into the prompt, so an answer
         has at most min(top_k, context_papers) sources; the answer's ``search`` holds all top_k.
         """
-        result = self.search(search_query or question, top_k or self.settings.top_k, filters)
+        query = search_query or question
+        k = top_k or self.settings.top_k
+        if asks_for_papers(question):
+            k = max(k, LIST_TOP_K)  # "which papers ...": every paper above the floor, not the top few
+        result = self.search(query, k, filters)
+        sides = comparison_sides(question)
+        if sides and not result.filtered_out:
+            result = self._with_sides(result, sides, filters)
         return AnswerStream(
-            question, result, backend, self.settings, self.index.embedder, backend_note, self.index.stem_stats
+            question, result, backend, self.settings, self.index.embedder, backend_note, self.index.name_df
         )
+
+    def _with_sides(self, result: SearchResult, sides: list[str], filters: Filters | None) -> SearchResult:
+        """A comparison's result with each compared paper first: each side retrieved on its own.
+
+        Searched together, "How does SWAX compare with FlashLLA?" finds the paper whose abstract
+        names both words best, and the other may fall below the answer's cut. Each side's best hit
+        that names it (as words) goes first, in the question's order; the rest keep their order.
+        """
+        first: list[Hit] = []
+        papers = dict(result.papers)
+        for side in sides:
+            stems = keyword_tokens(side)
+            found = self.search(side, SIDE_TOP_K, filters)
+            for hit in found.results:
+                paper = found.papers.get(hit.id)
+                toks = set(paper_text(paper.title, paper.abstract).split()) if paper else set()
+                if paper is not None and stems and all(t in toks for t in stems):
+                    if hit.id not in {h.id for h in first}:
+                        first.append(next((h for h in result.results if h.id == hit.id), hit))
+                        papers[hit.id] = paper
+                    break
+        if not first:
+            return result
+        rest = [h for h in result.results if h.id not in {f.id for f in first}]
+        # Every side found makes the comparison answerable, whatever the joint search's score said.
+        relevant = result.relevant or len(first) == len(sides)
+        return replace(result, results=first + rest, papers=papers, relevant=relevant)
 
 
 # ------------------------------------------------------------------ follow-ups
@@ -319,8 +357,44 @@ def history_data(text: str) -> str:
     return " ".join(text.split())
 
 
-def usable_rewrite(text: str) -> str | None:
-    """An LLM's condensed question, or None when there is none worth searching (empty, or a runaway)."""
+# A rewrite that starts like an answer or a chat turn is no question ("The answer -", "User: ...", "Sure, ...").
+_ANSWER_START = re.compile(
+    r"^\W*(?:the answer|answer\b|user\b|assistant\b|system\b|sure\b|certainly\b|of course\b|here(?:'s| is| are)\b|"
+    r"yes\b|no\b|based on\b|according to\b|the (?:abstracts?|papers?|sources?|conversation|follow-up)\b|"
+    r"i\b|i'm\b|as an\b|in (?:the|this) conversation\b|\[\d)",
+    re.IGNORECASE,
+)
+REWRITE_TIMES = 3  # a rewrite may be this many times the question's words (names replace pronouns)...
+REWRITE_EXTRA_WORDS = 15  # ...or this many words longer, whichever is more
+
+
+def _content_stems(text: str) -> set[str]:
+    chat = _chat_stems()
+    return {t for t in keyword_tokens(text) if t not in chat}
+
+
+def _prompt_lines() -> list[str]:
+    """Phrases of the condense prompt a rewrite must not repeat (its instructions, labels and fence)."""
+    return [
+        "standalone question",
+        "follow-up question",
+        "rewrite the",
+        "the conversation",
+        "conversation>",
+        "papers cited",
+        "reply with the question",
+        "instructions",
+        "can be understood without",
+    ]
+
+
+def usable_rewrite(text: str, question: str = "", conversation: str = "") -> str | None:
+    """An LLM's condensed question, or None when it is not one worth searching: the rule-based rewrite is used.
+
+    Rejected: nothing; a runaway; text that repeats the prompt or begins like an answer or a chat turn;
+    a rewrite several times longer than the question (``REWRITE_TIMES``, ``REWRITE_EXTRA_WORDS``); one
+    that shares no content word with the question and the conversation (it is about something else).
+    """
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     lines = [ln for ln in lines if not ln.endswith(":")] or lines  # "Here is the standalone question:"
     if not lines:
@@ -329,6 +403,16 @@ def usable_rewrite(text: str) -> str | None:
     line = line.strip().strip("\"'“”").strip()
     if not line or len(line) > REWRITE_CHARS or len(line.split()) > REWRITE_WORDS:
         return None
+    low = line.lower()
+    if _ANSWER_START.match(line) or any(p in low for p in _prompt_lines()):
+        return None
+    if question:
+        n = len(question.split())
+        if len(line.split()) > max(REWRITE_TIMES * n, n + REWRITE_EXTRA_WORDS):
+            return None
+        known = _content_stems(question) | _content_stems(conversation)
+        if not _content_stems(line) & known:
+            return None
     return line
 
 
@@ -379,7 +463,8 @@ class ChatSession:
             titles = [titles[pick]]
         # Titles are corpus text, and the rewrite may reach an LLM's prompt as the question: ``as_data``.
         titles = [_clip(as_data(t), TITLE_CHARS) for t in titles[:CARRY_TITLES]] if kind.papers else []
-        if not backend.extractive:
+        # A demo model (SmolLM2) rewrites follow-ups into junk: the rule-based rewrite is used instead.
+        if not backend.extractive and not getattr(backend, "demo", False):
             text = self._llm_rewrite(question, backend)
             if text is not None:
                 return text, tuple(titles)
@@ -408,7 +493,12 @@ class ChatSession:
             text = "".join(backend.stream([{"role": "user", "content": prompt}], 96))
         except LLMError:
             return None
-        return usable_rewrite(text)
+        conversation = " ".join(
+            [t.question for t in self.turns[-HISTORY_TURNS:]]
+            + [x for t in self.turns[-HISTORY_TURNS:] for x in _cited_titles(t.answer)]
+            + [x for t in self.turns[-HISTORY_TURNS:] for x in t.context]
+        )
+        return usable_rewrite(text, question, conversation)
 
     def ask(
         self,

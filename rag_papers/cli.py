@@ -475,6 +475,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
             mark = "*" if s.id in answer.citations else " "
             print(_safe(f"{mark}[{s.n}] {plain_text(s.title)}  ({s.id})"))
     _print_unsupported(answer)
+    if answer.uncovered and answer.caveat and not answer.answer.startswith(answer.caveat):
+        print(_safe(f"\n{answer.caveat}."))  # what the model said the abstracts leave out (its line is taken out)
     if answer.notice and (not answer.refused or answer.model_refused) and answer.notice != note:
         print(_safe(f"\nNote: {answer.notice}"))
     t = answer.timings

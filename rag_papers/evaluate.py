@@ -403,8 +403,10 @@ def score_answers(
                 "kind": q.kind,
                 "subkind": q.subkind,
                 "split": q.split,
+                "group": answer_group(q),
                 "refused": ans.refused,
-                "caveat": ans.caveat is not None,
+                "caveat": ans.caveat is not None and not ans.refused,
+                "uncovered": list(ans.uncovered),
                 "citations": ans.citations,
                 "precision": len(cited & gold) / len(cited) if cited else None,
                 "recall": len(cited & gold) / len(gold) if gold else None,
@@ -431,8 +433,8 @@ def score_answers(
         "wrong_refusals": sum(1 for r in answerable if r["refused"]),
         "questions_answered": len(rows),
         "claim_support": _claim_support(rows),
-        **_caveat_rates(rows),
-        "splits": {sp: _caveat_rates(part) for sp in SPLITS if (part := [r for r in rows if r["split"] == sp])}
+        "outcomes": answer_outcomes(rows),
+        "splits": {sp: answer_outcomes(part) for sp in SPLITS if (part := [r for r in rows if r["split"] == sp])}
         if len({r["split"] for r in rows}) > 1
         else {},
         "per_question": rows,
@@ -562,18 +564,36 @@ def _flag_scores(part: list[tuple[str, float]], floor: float) -> dict[str, Any]:
     return res
 
 
-def _caveat_rates(rows: list[dict[str, Any]]) -> dict[str, float]:
-    """Near-miss questions caveated or refused, and answerable ones caveated (the no-LLM answer's ``caveat``)."""
-    near = [r for r in rows if r["subkind"] == "near-miss"]
-    answerable = [r for r in rows if r["kind"] != "offtopic"]
-    return {
-        "near_miss_caveat_or_refusal": round(sum(r["caveat"] or r["refused"] for r in near) / len(near), 4)
-        if near
-        else 0.0,
-        "answerable_caveat_rate": round(sum(r["caveat"] for r in answerable) / len(answerable), 4)
-        if answerable
-        else 0.0,
-    }
+ANSWER_GROUPS = ("answerable", "near-miss", "off-topic")
+
+
+def answer_group(q: Question) -> str:
+    """How ``eval --answers`` groups a question: answerable (it has gold papers), near-miss (an ML question
+    no abstract answers) or off-topic (unrelated to the corpus)."""
+    if q.gold:
+        return "answerable"
+    return "near-miss" if q.subkind == "near-miss" else "off-topic"
+
+
+def answer_outcomes(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per group: how many answers were refused, caveated (an ``uncovered`` line said first) and plain, as
+    shares; for answerable questions also the share whose answer cites a gold paper."""
+    out: dict[str, dict[str, float]] = {}
+    for g in ANSWER_GROUPS:
+        part = [r for r in rows if r["group"] == g]
+        if not part:
+            continue
+        n = len(part)
+        view = {
+            "n": n,
+            "refused": round(sum(r["refused"] for r in part) / n, 4),
+            "caveated": round(sum(r["caveat"] and not r["refused"] for r in part) / n, 4),
+            "plain": round(sum(not r["caveat"] and not r["refused"] for r in part) / n, 4),
+        }
+        if g == "answerable":
+            view["gold_cited"] = round(sum(bool(r["recall"]) for r in part) / n, 4)
+        out[g] = view
+    return out
 
 
 # ------------------------------------------------------------------- reports
@@ -686,17 +706,28 @@ def markdown(results: list[ConfigResult], meta: dict[str, Any], answers: dict[st
             f"wrong refusals {answers['wrong_refusals']}"
         )
         out.extend(claim_lines(answers))
-        for part, rates in [("all", answers), *answers.get("splits", {}).items()]:
-            out.append(
-                f"- {part}: near-misses caveated or refused {rates['near_miss_caveat_or_refusal']:.3f}, "
-                f"answerable questions caveated {rates['answerable_caveat_rate']:.3f}"
-            )
+        out.extend(["", *outcome_lines(answers)])
     out.append(
         "\nConfigs: "
         + "; ".join(f"`{k}` = {v}" for k, v in CONFIG_NOTES.items() if any(r.name == k for r in results))
         + "."
     )
     return "\n".join(out) + "\n"
+
+
+def outcome_lines(answers: dict[str, Any]) -> list[str]:
+    """``eval --answers``'s outcomes per kind and split, as a Markdown table (the terminal shows it too)."""
+    lines = [
+        "| part | kind | n | refused | caveated | plain | gold paper cited |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for part, views in [*answers.get("splits", {}).items()] or [("all", answers.get("outcomes", {}))]:
+        for g, v in views.items():
+            gold = f"{v['gold_cited']:.3f}" if "gold_cited" in v else "-"
+            lines.append(
+                f"| {part} | {g} | {int(v['n'])} | {v['refused']:.3f} | {v['caveated']:.3f} | {v['plain']:.3f} | {gold} |"
+            )
+    return lines
 
 
 def claim_lines(answers: dict[str, Any]) -> list[str]:
@@ -858,6 +889,8 @@ def run_cli(args: argparse.Namespace, settings: Settings) -> int:
         )
         for line in claim_lines(a):
             print(safe_text(line[2:]))
+        for line in outcome_lines(a):
+            print(safe_text(line))
     print(
         safe_text(f"\nwrote {out}/results.json, report.md, chart.png ({report['meta']['seconds']} s)"), file=sys.stderr
     )

@@ -261,6 +261,11 @@ class Index:
         kw = self._keyword_index()
         return kw.matches(terms, n + self._kw_extra)
 
+    def name_df(self, name: str) -> int:
+        """How many indexed papers contain every word of ``name`` (0: no abstract mentions it)."""
+        found = self.keyword_matches(name, 1)
+        return found[0] if found is not None else 0
+
     def sample(self, n: int) -> list[Paper]:
         """Up to ``n`` papers spread evenly over the registry in ingest order: the same ones for the same index."""
         max_seq = int(self._conn().execute("SELECT COALESCE(MAX(seq), 0) FROM papers").fetchone()[0])

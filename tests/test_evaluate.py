@@ -246,32 +246,39 @@ def test_eval_answers_reports_claim_support_and_the_flag_on_swapped_claims(seede
     assert "unsupported-claim flag on the swapped set (test" in md and "claims supported by the abstracts" in md
 
 
-def test_answer_scores_count_caveats_per_split(engine: Engine) -> None:
-    """``eval --answers``: each row says whether the answer carried a caveat; near-misses caveated or refused and
-    answerable questions caveated are summarised, per split when the questions have both."""
+def test_answer_scores_count_outcomes_per_kind_and_split(engine: Engine) -> None:
+    """``eval --answers``: each row says whether the answer was refused or carried an ``uncovered`` line; the
+    refused, caveated and plain shares are summarised per kind (answerable, near-miss, off-topic) and split."""
     from rag_papers.evaluate import load_qa, score_answers
 
     qs = load_qa(QA)
     picked = [
         q
         for split in ("dev", "test")
-        for pred in (lambda q: q.subkind == "near-miss", lambda q: bool(q.gold))
+        for pred in (lambda q: q.subkind == "near-miss", lambda q: bool(q.gold), lambda q: q.subkind == "unrelated")
         for q in [q for q in qs if q.split == split and pred(q)][:3]
     ]
     report = score_answers(engine, picked, "extractive", None)
     rows = report["per_question"]
     assert [r["id"] for r in rows] == [q.id for q in picked]
     assert all(isinstance(r["caveat"], bool) and r["split"] in ("dev", "test") for r in rows)
+    assert all(r["caveat"] == bool(r["uncovered"]) for r in rows if not r["refused"])
     for split in ("dev", "test"):
-        part = [r for r in rows if r["split"] == split]
-        near = [r for r in part if r["subkind"] == "near-miss"]
-        answerable = [r for r in part if r["kind"] != "offtopic"]
         got = report["splits"][split]
-        assert got["near_miss_caveat_or_refusal"] == pytest.approx(
-            sum(r["caveat"] or r["refused"] for r in near) / len(near), abs=1e-4
-        )
-        assert got["answerable_caveat_rate"] == pytest.approx(sum(r["caveat"] for r in answerable) / 3, abs=1e-4)
-    assert 0.0 <= report["near_miss_caveat_or_refusal"] <= 1.0 and 0.0 <= report["answerable_caveat_rate"] <= 1.0
+        assert set(got) == {"answerable", "near-miss", "off-topic"}
+        for group, pred in (
+            ("near-miss", lambda q: q.subkind == "near-miss"),
+            ("answerable", lambda q: bool(q.gold)),
+            ("off-topic", lambda q: q.subkind == "unrelated"),
+        ):
+            part = [r for r, q in zip(rows, picked) if q.split == split and pred(q)]
+            view = got[group]
+            assert view["n"] == len(part) == 3
+            assert view["refused"] == pytest.approx(sum(r["refused"] for r in part) / 3, abs=1e-4)
+            assert view["caveated"] == pytest.approx(sum(r["caveat"] for r in part) / 3, abs=1e-4)
+            assert view["refused"] + view["caveated"] + view["plain"] == pytest.approx(1.0, abs=1e-3)
+        gold = [bool(set(r["citations"]) & set(q.gold)) for r, q in zip(rows, picked) if q.split == split and q.gold]
+        assert got["answerable"]["gold_cited"] == pytest.approx(sum(gold) / 3, abs=1e-4)
 
 
 def test_answers_limit_below_one_is_a_one_line_error(seeded: Settings, tmp_path: Path) -> None:

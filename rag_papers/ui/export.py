@@ -81,9 +81,8 @@ def export_markdown(state: UIState) -> str:
                 lines += [_md_text(ex.text.strip()), ""]
             answer = ex.answer
             if answer is not None and not ex.refused:
-                # The lead's branch adds ``Answer.uncovered`` (what the question asks that no abstract mentions);
-                # read with a default here only, so the export works with and without it.
-                uncovered = [str(u) for u in getattr(answer, "uncovered", []) or []]
+                # What the question asks that the quoted abstracts (or the model) say they leave out.
+                uncovered = [str(u) for u in answer.uncovered]
                 if uncovered:
                     lines += [f"*The abstracts don't mention: {_md_line(', '.join(uncovered))}*", ""]
                 if answer.claims:

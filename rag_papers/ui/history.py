@@ -89,6 +89,7 @@ def _answer(data: Any, items: list[Hit]) -> Answer | None:
         filtered_out=bool(data.get("filtered_out")),
         claims=claims,
         caveat=str(data["caveat"]) if isinstance(data.get("caveat"), str) else None,
+        uncovered=[str(x)[:200] for x in data.get("uncovered") or [] if isinstance(x, str)][:20],
     )
 
 
@@ -113,6 +114,7 @@ def exchange_data(ex: Exchange, context: tuple[str, ...] = ()) -> dict[str, Any]
             "filtered_out": a.filtered_out,
             "claims": [c.to_dict() for c in a.claims],
             "caveat": a.caveat,
+            "uncovered": a.uncovered,
         }
     return out
 

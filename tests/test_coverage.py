@@ -1,0 +1,242 @@
+"""Answers that address the question, and say what the abstracts don't (issue 25).
+
+The reported cases, each over the real seeds index with the packaged embedding model: a follow-up
+about limitations the abstract never states, a comparison that quoted one side, a "which papers"
+list that left a paper out, names no abstract contains, and LLM rewrites of follow-ups that were
+junk. The LLM cases use the Ollama stand-in (tests/ollama_stub.py) and the packaged SmolLM2.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import run_main
+from test_integrity import abba_id
+
+from rag_papers.chat import ChatSession, Engine, usable_rewrite
+from rag_papers.config import Settings
+from rag_papers.coverage import asked_facet, comparison_sides, split_question
+from rag_papers.llm import ExtractiveBackend
+
+SEEDS_TEXT: list[str] = []
+
+
+def seed_id(fragment: str) -> str:
+    from conftest import SEEDS
+
+    from rag_papers.corpus import content_hash
+
+    for path in sorted(SEEDS.glob("*.txt")):
+        for para in path.read_text(encoding="utf-8").split("\n\n"):
+            text = " ".join(para.split())
+            if fragment in text:
+                return content_hash(text)
+    raise AssertionError(fragment)
+
+
+SWAX = "we introduce SWAX"
+FLASHLLA = "We then introduce {FlashLLA}"
+ES_DLLM = "Diffusion large language models (dLLMs) are emerging"
+
+
+# ------------------------------------------------------------------ splitting a question
+@pytest.mark.parametrize(
+    ("question", "names", "phrases"),
+    [
+        ("what does DoRA report on GLUE?", ["DoRA", "GLUE"], []),
+        (
+            "which papers use speculative decoding with a draft model to speed up LLM inference?",
+            [],  # "LLM" names the field, not a method (rag_papers/words/generic_names.txt)
+            ["speculative decoding", "draft model", "speed", "inference"],
+        ),
+        ("How does SWAX compare with FlashLLA?", ["SWAX", "FlashLLA"], []),
+        ("I need a paper that explores picking shorter prompts", [], ["picking shorter prompts"]),
+        ("which method reaches 12% lower error on ES-dLLM benchmarks", ["12%", "ES-dLLM"], ["lower error"]),
+    ],
+)
+def test_a_question_splits_into_names_and_descriptions_without_boilerplate(
+    question: str, names: list[str], phrases: list[str]
+) -> None:
+    got_names, got_phrases = split_question(question)
+    assert got_names == names
+    for p in phrases:
+        assert any(p in g for g in got_phrases), (p, got_phrases)
+    boiler = {"need", "paper", "explores", "which", "method", "does", "use", "report"}
+    assert not boiler & {w.lower() for g in got_phrases for w in g.split()}
+
+
+@pytest.mark.parametrize(
+    ("question", "facet"),
+    [
+        ("and what about its limitations?", "limitations"),
+        ("what are the weaknesses of BAM?", "limitations"),
+        ("which datasets does ABBA evaluate on?", "data"),
+        ("how well does ES-dLLM do, in numbers?", "results"),
+        ("How does SWAX compare with FlashLLA?", "comparison"),
+        ("why does a larger sliding window not help?", "why"),
+        ("what does ABBA claim?", None),
+    ],
+)
+def test_the_facet_a_question_asks_for(question: str, facet: str | None) -> None:
+    assert asked_facet(question) == facet
+
+
+def test_a_comparison_has_two_sides_only_when_two_things_are_named() -> None:
+    assert comparison_sides("How does SWAX compare with FlashLLA?") == ["SWAX", "FlashLLA"]
+    assert comparison_sides("ABBA vs LoRA: which is more expressive?") == ["ABBA", "LoRA"]
+    assert comparison_sides("how does ABBA compare to prior work?") == []
+    assert comparison_sides("what is the difference between BAM and ALiBi?") == ["BAM", "ALiBi"]
+    assert comparison_sides("how does ABBA compare with DoRA on GLUE?") == ["ABBA", "DoRA"]
+
+
+# ------------------------------------------------------------------ the reported cases, extractive
+def test_a_follow_up_about_limitations_the_abstract_never_states_says_so(engine: Engine) -> None:
+    """Reported: "and what about its limitations?" quoted the same two ABBA sentences, "All 2 claims supported"."""
+    chat = ChatSession(engine)
+    backend = ExtractiveBackend(engine.settings)
+    first = chat.ask("what does ABBA claim?", backend)[1].run()
+    assert first.citations[:1] == [abba_id()] and first.uncovered == []
+    second = chat.ask("and what about its limitations?", backend)[1].run()
+    assert "limitations" in second.uncovered
+    assert second.answer.startswith("The abstracts don't mention limitations")
+    assert second.caveat is not None and second.answer.startswith(second.caveat)
+    assert abba_id() in second.citations  # still the closest: the line says what it does not cover
+
+
+def test_a_comparison_quotes_both_compared_papers(engine: Engine) -> None:
+    """Reported: "How does SWAX compare with FlashLLA?" (a suggested question) quoted SWAX alone."""
+    ans = engine.ask("How does SWAX compare with FlashLLA?", ExtractiveBackend(engine.settings)).run()
+    assert not ans.refused
+    assert seed_id(SWAX) in ans.citations and seed_id(FLASHLLA) in ans.citations
+    lines = [ln for ln in ans.answer.splitlines() if ln.startswith("- ")]
+    assert len(lines) >= 2
+
+
+def test_which_papers_lists_every_paper_above_the_floor(engine: Engine) -> None:
+    """Reported: "which papers work on diffusion language models?" listed three papers but not ES-dLLM."""
+    ans = engine.ask("which papers work on diffusion language models?", ExtractiveBackend(engine.settings)).run()
+    assert seed_id(ES_DLLM) in ans.citations
+    lines = [ln for ln in ans.answer.splitlines() if ln.startswith("- ")]
+    assert len(lines) == len(ans.citations)  # one line a paper
+    above = set(ans.search["results"][i]["id"] for i in range(len(ans.search["results"]))) if ans.search else set()
+    assert set(ans.citations) <= above
+
+
+def test_names_no_abstract_contains_are_said_first(engine: Engine) -> None:
+    ans = engine.ask("what does DoRA report on GLUE?", ExtractiveBackend(engine.settings)).run()
+    assert ans.uncovered[:2] == ["DoRA", "GLUE"] or ans.refused
+    if not ans.refused:
+        assert ans.answer.startswith("No indexed abstract mentions DoRA or GLUE")
+
+
+def test_a_question_the_abstract_answers_gets_no_line(engine: Engine) -> None:
+    for q in ("what does ABBA claim?", "How does SWAX compare with FlashLLA?"):
+        ans = engine.ask(q, ExtractiveBackend(engine.settings)).run()
+        assert ans.uncovered == [] and ans.caveat is None, (q, ans.uncovered)
+
+
+def test_ask_json_and_the_cli_carry_the_uncovered_line(seeded: Settings) -> None:
+    env = {"RAG_PAPERS_HOME": str(seeded.home)}
+    res = run_main("ask", "--json", "--llm", "extractive", "what does DoRA report on GLUE?", env=env)
+    assert res.returncode == 0, res.stderr
+    obj = json.loads(res.stdout)
+    assert "uncovered" in obj and obj["uncovered"][:2] == ["DoRA", "GLUE"]
+    res = run_main("ask", "--llm", "extractive", "what does DoRA report on GLUE?", env=env)
+    assert res.returncode == 0 and res.stdout.startswith("No indexed abstract mentions DoRA or GLUE"), res.stdout
+
+
+# ------------------------------------------------------------------ LLM rewrites and LLM answers
+@pytest.mark.parametrize(
+    "junk",
+    [
+        "The answer - ABBA reparameterizes the update as a Hadamard product.",
+        "User: how does it compare to LoRA?\nAssistant: ABBA is better.",
+        "Rewrite the follow-up question as one standalone question that can be understood without the conversation.",
+        "Standalone question: " + " ".join(["what"] * 5 + ["about", "the", "weather", "forecasting"] * 6),
+        "What is the best recipe for sourdough bread?",
+        "Sure! Here is the question: what are ABBA's limitations?",
+    ],
+)
+def test_an_llm_rewrite_that_is_junk_is_rejected(junk: str) -> None:
+    conversation = 'what does ABBA claim? "ABBA: Hadamard product, PEFT architecture"'
+    assert usable_rewrite(junk, "how does it compare to LoRA?", conversation) is None
+
+
+def test_a_good_llm_rewrite_is_kept() -> None:
+    conversation = 'what does ABBA claim? "ABBA: Hadamard product, PEFT architecture"'
+    good = "How does ABBA compare to LoRA?"
+    assert usable_rewrite(good, "how does it compare to LoRA?", conversation) == good
+
+
+class JunkRewriter:
+    """A backend that answers every rewrite with junk and counts its calls (the real check is usable_rewrite's)."""
+
+    extractive = False
+    name = "junk"
+    model = "junk-1"
+    context_window = 4096
+    demo = False
+
+    def __init__(self, reply: str) -> None:
+        self.reply = reply
+        self.calls = 0
+
+    def available(self) -> tuple[bool, str]:
+        return True, ""
+
+    def stream(self, messages: list[Any], max_tokens: int) -> Iterator[str]:
+        self.calls += 1
+        yield self.reply
+
+
+def test_a_junk_rewrite_falls_back_to_the_rule_based_one(engine: Engine) -> None:
+    """Reported with llama.cpp: "Searched for" showed "The answer -", a "User: ..." line, the prompt itself."""
+    chat = ChatSession(engine)
+    chat.ask("what does ABBA claim?", ExtractiveBackend(engine.settings))[1].run()
+    for junk in ("The answer -", "User: what does ABBA claim?", "Rewrite the follow-up question as one standalone"):
+        backend = JunkRewriter(junk)
+        standalone = chat.condense("how does it compare to LoRA?", backend)  # type: ignore[arg-type]
+        assert backend.calls == 1
+        assert "ABBA" in standalone and junk not in standalone
+
+
+@pytest.mark.slow
+def test_the_demo_model_never_rewrites_follow_ups(engine: Engine) -> None:
+    """The packaged SmolLM2, in a real run: the follow-up is searched by the rule-based rewrite, and the
+    answer cites ABBA, not a paper found by a junk rewrite."""
+    from rag_papers.llm import LlamaCppBackend
+
+    backend = LlamaCppBackend(engine.settings)
+    assert backend.demo
+    chat = ChatSession(engine)
+    chat.ask("what does ABBA claim?", ExtractiveBackend(engine.settings))[1].run()
+    for follow in ("how does it compare to LoRA?", "and what about its limitations?", "why is that?"):
+        standalone, stream = chat.ask(follow, backend)
+        assert standalone.startswith(follow) and "ABBA" in standalone, standalone
+        ans = stream.run()
+        assert ans.search is not None and ans.search["results"][0]["id"] == abba_id()
+
+
+def test_an_llm_answer_says_what_the_abstracts_leave_out(engine: Engine) -> None:
+    """The prompt asks the model to name what the abstracts don't answer; that line fills ``uncovered`` (and
+    the caveat the CLI and the UI show) and is taken out of the answer, so it is no claim."""
+    from ollama_stub import OllamaStub
+
+    from rag_papers.answer import load_prompt
+    from rag_papers.llm import OllamaBackend
+
+    reply = "ABBA reparameterizes the update as a Hadamard product [1].\nNot in the abstracts: training cost."
+    with OllamaStub(models=["llama3.2:3b"], reply=reply) as stub:
+        engine.settings.ollama_host = stub.url
+        backend = OllamaBackend(engine.settings)
+        ans = engine.ask("what does ABBA claim, and what does it cost to train?", backend).run()
+        prompt = json.dumps([body for _, body in stub.requests])
+    assert "Not in the abstracts" in load_prompt(engine.settings, "answer_system") and "Not in the abstracts" in prompt
+    assert ans.uncovered == ["training cost"]
+    assert ans.caveat == "The abstracts don't answer training cost"
+    assert "Not in the abstracts" not in ans.answer
+    assert all("Not in the abstracts" not in c.text for c in ans.claims)
+    assert ans.citations == [abba_id()] and not ans.refused
