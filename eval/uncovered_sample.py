@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import pickle
 import random
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from rag_papers.config import PROJECT_ROOT, Settings
 
@@ -24,26 +27,51 @@ SAMPLE = PROJECT_ROOT / "eval" / "results" / "uncovered_sample.jsonl"
 SEED = 2026
 
 
-def draw(home: Path | None, n: int, out: Path) -> None:
+def answers(home: Path | None, cache: Path | None) -> Iterator[tuple[Any, list[str], list[str], dict[str, Any]]]:
+    """(question, uncovered, cited ids, papers) of the extractive answer to each test question: from
+    ``Engine.ask``, or from eval/coverage_study.py's collected rows (``--cache``) planned with the defaults."""
+    from rag_papers.answer import QuoteRules, plan_quotes
+    from rag_papers.coverage import CoverageRules
+
+    if cache is not None:
+        for row in pickle.loads(cache.read_bytes()):
+            q = row["q"]
+            if q.split != "test" or not row["relevant"] or row["analysis"] is None:
+                continue
+            used = row["used"]
+            plan = plan_quotes(
+                q.question, used, row["cands"], row["analysis"], QuoteRules(), CoverageRules(), row["above_floor"]
+            )
+            if plan.refused:
+                continue
+            cited = list(dict.fromkeys(used[n - 1][0].id for n, _ in plan.lines))
+            yield q, [a.text for a in plan.coverage.uncovered], cited, {h.id: p for h, p in used}
+        return
     from rag_papers.chat import Engine
-    from rag_papers.coverage import FACET_CUES, split_question
     from rag_papers.evaluate import load_qa
     from rag_papers.llm import ExtractiveBackend
 
     engine = Engine(Settings(home=home) if home else Settings())
     backend = ExtractiveBackend(engine.settings)
-    pool: dict[str, list[dict[str, object]]] = {}
     for q in load_qa(PROJECT_ROOT / "eval" / "qa.jsonl"):
         if q.split != "test":
             continue
         stream = engine.ask(q.question, backend)
         ans = stream.run()
-        if ans.refused or not ans.uncovered:
+        if not ans.refused:
+            yield q, ans.uncovered, ans.citations, stream.result.papers
+
+
+def draw(home: Path | None, n: int, out: Path, cache: Path | None = None) -> None:
+    from rag_papers.coverage import FACET_CUES, split_question
+
+    pool: dict[str, list[dict[str, object]]] = {}
+    for q, uncovered, citations, papers in answers(home, cache):
+        if not uncovered:
             continue
-        papers = stream.result.papers
-        cited = [{"id": c, "title": papers[c].title, "abstract": papers[c].abstract} for c in ans.citations]
+        cited = [{"id": c, "title": papers[c].title, "abstract": papers[c].abstract} for c in citations]
         names = split_question(q.question)[0]
-        for aspect in ans.uncovered:
+        for aspect in uncovered:
             kind = "name" if aspect in names else "facet" if aspect in FACET_CUES else "description"
             pool.setdefault(kind, []).append(
                 {"qid": q.id, "question": q.question, "aspect": aspect, "kind": kind, "cited": cited, "label": None}
@@ -71,9 +99,10 @@ def main() -> int:
     ap.add_argument("--draw", type=int, help="draw this many aspects to label")
     ap.add_argument("--score", action="store_true")
     ap.add_argument("--file", type=Path, default=SAMPLE)
+    ap.add_argument("--cache", type=Path, help="eval/coverage_study.py's collected rows (with the test part)")
     args = ap.parse_args()
     if args.draw:
-        draw(args.home, args.draw, args.file)
+        draw(args.home, args.draw, args.file, args.cache)
     if args.score:
         score(args.file)
     return 0
