@@ -467,7 +467,7 @@ def test_the_export_carries_claim_marks_venues_and_years(server: Served, screen:
 
 
 def test_the_export_says_what_the_abstracts_do_not_mention() -> None:
-    """The lead's branch adds ``Answer.uncovered``; the export says it in one line where there is one."""
+    """``Answer.uncovered`` (issue 25): the export says it in one line where there is one."""
     from rag_papers.answer import Answer
     from rag_papers.claims import Claim
     from rag_papers.retrieve import Hit
@@ -475,12 +475,20 @@ def test_the_export_says_what_the_abstracts_do_not_mention() -> None:
     from rag_papers.ui.state import Exchange, UIState
 
     hit = Hit("p1", "ABBA: adapters", 0.8, 0.8, 0.0, "text", year=2026, venue="ICLR", n=1, cited=True)
-    answer = Answer("q", "ABBA uses a Hadamard product [1].", ["p1"], [hit], False, "fake", "fake-1")
+    answer = Answer(
+        "q",
+        "ABBA uses a Hadamard product [1].",
+        ["p1"],
+        [hit],
+        False,
+        "fake",
+        "fake-1",
+        uncovered=["phones", "latency"],
+    )
     answer.claims = [
         Claim("ABBA uses a Hadamard product.", ["p1"], 0.91, True),
         Claim("It runs on phones.", ["p1"], 0.12, False),
     ]
-    object.__setattr__(answer, "uncovered", ["phones", "latency"])
     ex = Exchange("q", "answer", text=answer.answer, items=[hit], answer=answer, done=True)
     state = UIState(session=None)  # type: ignore[arg-type]
     state.exchanges.append(ex)
@@ -489,6 +497,28 @@ def test_the_export_says_what_the_abstracts_do_not_mention() -> None:
     assert "- ✓ supported (0.91): ABBA uses a Hadamard product. [1]" in out
     assert "- ⚠ unsupported (0.12): It runs on phones. [1]" in out
     assert "- [1] ABBA: adapters (ICLR 2026, id `p1`)" in out
+
+
+@pytest.mark.browser
+def test_what_the_abstracts_do_not_address_is_said_above_the_answer_and_in_the_export(
+    server: Served, screen: Any
+) -> None:
+    """Issue 25, reported: after "what does ABBA claim?", "and what about its limitations?" quoted the same two
+    sentences with every claim supported, and said nothing of limitations, which the abstract never states."""
+    page = screen
+    open_app(page, server.url)
+    ask(page, ABBA_Q)
+    follow = ask(page, "and what about its limitations?")
+    caveat = follow.locator(".rp-caveat")
+    caveat.wait_for()
+    assert "don't mention limitations" in caveat.inner_text()
+    box = caveat.bounding_box()
+    answer = follow.locator(".rp-answer").bounding_box()
+    assert box is not None and answer is not None and box["y"] < answer["y"]  # said first, above the answer
+    with page.expect_download() as dl:
+        page.locator("#rp-export").click()
+    exported = Path(dl.value.path()).read_text(encoding="utf-8")
+    assert "The abstracts don't mention: limitations" in exported
 
 
 # ------------------------------------------------------------------ 10. queue wait apart from the first token
