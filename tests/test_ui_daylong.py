@@ -20,7 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from conftest import run_main
 from ollama_stub import OllamaStub
-from test_ui import BOT, STUB_MODEL, STUB_REPLY, Served, app_over_seeds, ask, open_app
+from test_ui import BOT, Served, app_over_seeds, ask, open_app
+from test_ui_everyday import llm_server, llm_stub  # noqa: F401 - the Ollama stand-in and an app over it
 from test_ui_history import open_past, past_chats, reload, saved
 
 from rag_papers.config import Settings
@@ -251,25 +252,12 @@ def test_screen_readers_get_plain_text_and_all_text_has_aa_contrast(server: Serv
 
 
 # ------------------------------------------------------------------ 5. asking during an answer
-@pytest.fixture(scope="module")
-def llm_stub() -> Iterator[OllamaStub]:
-    with OllamaStub(models=[STUB_MODEL], reply=STUB_REPLY) as s:
-        yield s
-
-
-@pytest.fixture(scope="module")
-def llm_server(
-    llm_stub: OllamaStub, seeds_home: Path, embedder: object, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Served]:
-    """The app answering through the Ollama stand-in (``--llm ollama``), for answers that take a while."""
-    with app_over_seeds(
-        seeds_home, embedder, tmp_path_factory, "daylong_llm_home", ollama_host=llm_stub.url, llm="ollama"
-    ) as served:
-        yield served
-
-
 @pytest.mark.browser
-def test_ask_is_off_with_a_reason_while_an_answer_runs(llm_server: Served, llm_stub: OllamaStub, screen: Any) -> None:
+def test_ask_is_off_with_a_reason_while_an_answer_runs(
+    llm_server: Served,  # noqa: F811 - test_ui_everyday's fixtures, imported above
+    llm_stub: OllamaStub,  # noqa: F811
+    screen: Any,
+) -> None:
     """Reported: Ask during an answer did nothing: the text stayed in the box, a warning went to the server log
     and no toast appeared. Now Ask is disabled while an answer runs, and the reason shows by the input."""
     page = screen
