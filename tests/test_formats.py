@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_main
+from conftest import run_cli, run_main
 from test_integrity import one_error_line
 from test_validation import papers_json
 
 from rag_papers.config import Settings
+from rag_papers.corpus import read_file
 
 FORMATS_DIR = Path(__file__).parent / "formats"
 FORMAT_NAMES = ("BibTeX", "RIS", "CSL-JSON", "arXiv", "OpenAlex", "OpenReview", "Semantic Scholar")
@@ -267,3 +268,38 @@ def test_a_file_of_unknown_or_broken_format_is_refused_in_one_line(name: str, se
     if name.startswith(("not-", "other-", "list-")):
         assert all(f in line for f in FORMAT_NAMES), line
     assert papers_json(env) == before
+
+
+def test_broken_bibtex_is_one_line_from_the_console_script_too(seeded: Settings, tmp_path: Path) -> None:
+    """bibtexparser logs a failed entry as a warning, which only a real process shows (pytest captures logging)."""
+    bad = tmp_path / "unbalanced.bib"
+    bad.write_text(BAD["unbalanced.bib"], encoding="utf-8")
+    line = one_error_line(run_cli("ingest", str(bad), "--no-progress", env=env_of(seeded)))
+    assert f"{bad}:1: malformed BibTeX, an entry is not closed" in line, line
+
+
+def test_exports_as_they_also_come(tmp_path: Path) -> None:
+    """JSON lines whose first line is longer than the sniffed head (a collaboration's author list), OpenReview
+    API v1 notes (plain values), and Semantic Scholar's batch answer (null for an unknown paper)."""
+    snapshot = (FORMATS_DIR / "arxiv-metadata-oai-snapshot.json").read_text(encoding="utf-8").splitlines()
+    first = json.loads(snapshot[0])
+    first["authors"] = ", ".join(f"A. Person{i}" for i in range(2_000))
+    long_first = tmp_path / "snapshot.json"
+    long_first.write_text("\n".join([json.dumps(first), *snapshot[1:]]) + "\n", encoding="utf-8")
+    recs = list(read_file(long_first))
+    assert [len(r.authors or []) for r in recs] == [2_000, 2, 4]
+    assert [r.url for r in recs][1] == "https://arxiv.org/abs/cs/0501001"
+
+    v1 = tmp_path / "v1.json"
+    note = {"id": "r1", "forum": "r1", "cdate": 1538000000000, "content": {"title": "A v1 note", "authors": ["X Y"]}}
+    note["content"]["abstract"] = "An abstract of an OpenReview API v1 note, whose content holds plain values."
+    v1.write_text(json.dumps({"notes": [note]}), encoding="utf-8")
+    (rec,) = read_file(v1)
+    assert (rec.title, rec.year, rec.url) == ("A v1 note", 2018, "https://openreview.net/forum?id=r1")
+
+    batch = tmp_path / "batch.json"
+    paper = {"paperId": "p1", "title": "T", "abstract": "Some abstract words.", "year": 2020, "authors": []}
+    batch.write_text(json.dumps([None, paper]), encoding="utf-8")
+    skipped: list[str] = []
+    assert [r.id for r in read_file(batch, skipped.append)] == ["s2:p1"]
+    assert skipped == [f"{batch}:1"]
