@@ -832,14 +832,19 @@ def _record_from_mapping(path: Path, lineno: int, obj: dict[str, Any]) -> RawRec
     )
 
 
-def read_jsonl(path: Path) -> Iterator[RawRecord]:
+def json_lines(path: Path) -> Iterator[tuple[int, Any]]:
+    """Each non-blank line of ``path`` as JSON, with its line number; a malformed line is a ``CorpusError``."""
     for lineno, line in _lines(path):
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            yield lineno, json.loads(line)
         except json.JSONDecodeError as exc:
             raise CorpusError(f"{path}:{lineno}: malformed JSON ({exc.msg} at column {exc.colno})") from None
+
+
+def read_jsonl(path: Path) -> Iterator[RawRecord]:
+    for lineno, obj in json_lines(path):
         if not isinstance(obj, dict):
             raise CorpusError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
         yield _record_from_mapping(path, lineno, obj)

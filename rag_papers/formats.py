@@ -22,6 +22,7 @@ from rag_papers.corpus import (
     MAX_ABSTRACT_CHARS,
     CorpusError,
     RawRecord,
+    json_lines,
     normalise,
     normalise_id,
 )
@@ -406,15 +407,7 @@ def json_records(path: Path, text: str | None) -> Iterator[tuple[int, object]]:
     array, read whole (``text``); or one object per line (the arXiv snapshot, OpenAlex and OpenReview dumps),
     streamed line by line (``text`` None) so a multi-GB snapshot never sits in memory."""
     if text is None:
-        from rag_papers.corpus import _lines
-
-        for lineno, line in _lines(path):
-            if not line.strip():
-                continue
-            try:
-                yield lineno, json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise CorpusError(f"{path}:{lineno}: malformed JSON ({exc.msg} at column {exc.colno})") from None
+        yield from json_lines(path)
         return
     try:
         doc = json.loads(text)

@@ -291,8 +291,8 @@ def test_exports_as_they_also_come(tmp_path: Path) -> None:
     assert [r.url for r in recs][1] == "https://arxiv.org/abs/cs/0501001"
 
     v1 = tmp_path / "v1.json"
-    note = {"id": "r1", "forum": "r1", "cdate": 1538000000000, "content": {"title": "A v1 note", "authors": ["X Y"]}}
-    note["content"]["abstract"] = "An abstract of an OpenReview API v1 note, whose content holds plain values."
+    content = {"title": "A v1 note", "authors": ["X Y"], "abstract": "An OpenReview API v1 note: plain values."}
+    note = {"id": "r1", "forum": "r1", "cdate": 1538000000000, "content": content}
     v1.write_text(json.dumps({"notes": [note]}), encoding="utf-8")
     (rec,) = read_file(v1)
     assert (rec.title, rec.year, rec.url) == ("A v1 note", 2018, "https://openreview.net/forum?id=r1")
