@@ -126,7 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser("ingest", help="index abstracts (default: the shipped ICLR 2026 seeds)")
-    p.add_argument("paths", nargs="*", type=Path, help=".txt (seeds format), .jsonl or .csv files, or folders")
+    p.add_argument(
+        "paths",
+        nargs="*",
+        type=Path,
+        help=".txt (seeds format), .jsonl, .csv, .bib, .ris or .json (CSL-JSON, arXiv, OpenAlex, OpenReview, Semantic Scholar) files, or folders",
+    )
     p.add_argument("--rebuild", action="store_true", help="drop the index first (needed after changing embed_model)")
     p.add_argument("--no-progress", action="store_true", help=PROGRESS_HELP)
     p.add_argument("--json", action="store_true", help=JSON_HELP)
@@ -335,6 +340,10 @@ def _check_reranker(settings: Settings) -> None:
         load_reranker(settings)
 
 
+def _s(n: int) -> str:
+    return "" if n == 1 else "s"
+
+
 def cmd_ingest(args: argparse.Namespace) -> int:
     from rag_papers.index import Index
 
@@ -364,6 +373,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     print(
         f"{report.records} abstracts read from {report.files} file(s): {report.added} added, "
         f"{report.unchanged} unchanged, {report.duplicates} duplicates, {report.removed} removed"
+        f"{f', {report.skipped} record{_s(report.skipped)} skipped: no abstract' if report.skipped else ''}"
         f"{f', {len(report.renamed)} renamed' if report.renamed else ''}; "
         f"{report.total} papers indexed ({report.chunks} new chunks) in {report.seconds:.1f} s"
     )

@@ -33,7 +33,7 @@ MAX_VENUE_CHARS = 500
 MAX_URL_CHARS = 2_048
 MAX_AUTHORS = 5_000  # collaborations of a few thousand authors exist; more is a broken record
 MAX_AUTHOR_CHARS = 500
-SUPPORTED_SUFFIXES = (".txt", ".jsonl", ".csv")
+SUPPORTED_SUFFIXES = (".txt", ".jsonl", ".csv", ".bib", ".ris", ".json")
 
 
 class CorpusError(RagPapersError):
@@ -676,6 +676,9 @@ class RawRecord:
     venue: str | None = None
     authors: list[str] | None = None
     url: str | None = None
+    # Where two sources of one paper meet (DOI, arXiv id, normalised title and first author): set by the
+    # export readers (rag_papers/formats.py), empty for the project's own formats. See ``Ingester._ingest``.
+    keys: list[str] = field(default_factory=list)
 
 
 def check_regular_file(path: Path) -> int:
@@ -829,14 +832,19 @@ def _record_from_mapping(path: Path, lineno: int, obj: dict[str, Any]) -> RawRec
     )
 
 
-def read_jsonl(path: Path) -> Iterator[RawRecord]:
+def json_lines(path: Path) -> Iterator[tuple[int, Any]]:
+    """Each non-blank line of ``path`` as JSON, with its line number; a malformed line is a ``CorpusError``."""
     for lineno, line in _lines(path):
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            yield lineno, json.loads(line)
         except json.JSONDecodeError as exc:
             raise CorpusError(f"{path}:{lineno}: malformed JSON ({exc.msg} at column {exc.colno})") from None
+
+
+def read_jsonl(path: Path) -> Iterator[RawRecord]:
+    for lineno, obj in json_lines(path):
         if not isinstance(obj, dict):
             raise CorpusError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
         yield _record_from_mapping(path, lineno, obj)
@@ -891,25 +899,48 @@ def expand_paths(paths: Iterable[Path]) -> list[Path]:
         if p.is_dir():
             found = _folder_files(p)
             if not found:
-                raise CorpusError(f"{p}: folder has no .txt, .jsonl or .csv files")
+                raise CorpusError(f"{p}: folder has no {', '.join(SUPPORTED_SUFFIXES)} files")
             out.extend(found)
         else:
             out.append(p)
     return out
 
 
-def read_file(path: Path) -> Iterator[RawRecord]:
-    """Stream one file's records; raises CorpusError on the first problem, or if it holds none."""
+def read_file(path: Path, on_skip: Callable[[str], None] | None = None) -> Iterator[RawRecord]:
+    """Stream one file's records; raises CorpusError on the first problem, or if it holds none.
+
+    The format is told by the extension and the first few KB (``formats.detect``): an export (BibTeX,
+    RIS, CSL-JSON, arXiv, OpenAlex, OpenReview, Semantic Scholar) or the project's own seeds text, JSONL
+    or CSV. An export's record without an abstract is skipped and passed to ``on_skip``.
+    """
+    from rag_papers import formats
+
     _check_file(path)
+    with open_binary(path) as fh:
+        head = fh.read(formats.SNIFF_BYTES).decode("utf-8-sig", errors="replace")
+    kind = formats.detect(path, head)
     suffix = path.suffix.lower()
-    reader = read_jsonl if suffix == ".jsonl" else read_csv if suffix == ".csv" else read_seeds
+    records: Iterable[RawRecord]
+    skipped = 0
+
+    def skip(source: str) -> None:
+        nonlocal skipped
+        skipped += 1
+        if on_skip is not None:
+            on_skip(source)
+
+    if kind is not None:
+        records = formats.read_export(path, kind, skip)
+    else:
+        records = (read_jsonl if suffix == ".jsonl" else read_csv if suffix == ".csv" else read_seeds)(path)
     count = 0
-    for rec in reader(path):
+    for rec in records:
         check_values(rec)
         count += 1
         yield rec
     if count == 0:
-        raise CorpusError(f"{path}: no abstracts found")
+        why = f" ({skipped} records skipped: no abstract)" if skipped else ""
+        raise CorpusError(f"{path}: no abstracts found{why}")
 
 
 def clip(text: str, n: int) -> str:
@@ -962,11 +993,15 @@ def to_paper(rec: RawRecord) -> Paper:
     )
 
 
-def validate(paths: Iterable[Path], on_record: Callable[[RawRecord], None] | None = None) -> int:
+def validate(
+    paths: Iterable[Path],
+    on_record: Callable[[RawRecord], None] | None = None,
+    on_skip: Callable[[str], None] | None = None,
+) -> int:
     """Read every file through once without keeping anything: fail before the index is touched."""
     n = 0
     for path in paths:
-        for rec in read_file(path):
+        for rec in read_file(path, on_skip):
             n += 1
             if on_record is not None:
                 on_record(rec)

@@ -91,6 +91,7 @@ class IngestReport:
     unchanged: int = 0
     removed: int = 0
     duplicates: int = 0
+    skipped: int = 0  # export records without an abstract (rag_papers/formats.py), left out of the count above
     chunks: int = 0
     seconds: float = 0.0
     total: int = 0
@@ -525,7 +526,9 @@ class Ingester:
         def note(rec: RawRecord) -> None:
             h = content_hash(rec.abstract)
             self.db.execute("INSERT OR IGNORE INTO incoming VALUES (?)", (h,))
-            if rec.id is None:
+            if rec.id is None or rec.keys:
+                # An export's id is its DOI or arXiv id: two sources of one paper share it with different
+                # abstracts (a preprint and its published version), and they are merged below, not refused.
                 return
             # One id for two different abstracts in one ingest is an error in the input, not
             # something to guess about (kept in SQLite: an ingest may carry millions of ids).
@@ -538,9 +541,12 @@ class Ingester:
                     "give each abstract its own id (or drop the id to use content hashes)"
                 )
 
+        def on_skip(source: str) -> None:
+            report.skipped += 1
+
         # One validating pass before any write; it also notes which texts are still wanted.
         try:
-            n_records = validate(files, note)
+            n_records = validate(files, note, on_skip)
         finally:
             self.db.commit()  # only the temp tables were written
         self.index.kw_store.lock()  # a second writer is refused here, before anything is written
@@ -563,6 +569,9 @@ class Ingester:
             self.db.execute("CREATE TEMP TABLE IF NOT EXISTS seen (paper_id TEXT, file TEXT, loc TEXT)")
             self.db.execute("CREATE INDEX IF NOT EXISTS temp.seen_paper ON seen(paper_id)")
             self.db.execute("DELETE FROM seen")
+            self.db.execute("CREATE TEMP TABLE IF NOT EXISTS known_keys (key TEXT PRIMARY KEY, paper_id TEXT)")
+            self.db.execute("DELETE FROM known_keys")
+        keys_loaded = False
         progress = progress_bar(n_records, "ingest", show_progress)
         batch: list[Paper] = []
         batch_keys: dict[str, Paper] = {}
@@ -575,6 +584,11 @@ class Ingester:
                 loc = rec.source.rpartition(":")[2]
                 row = self.db.execute("SELECT id FROM papers WHERE hash=?", (h,)).fetchone()
                 pid = row["id"] if row is not None else batch_keys[h].id if h in batch_keys else None
+                if pid is None and rec.keys:
+                    if not keys_loaded:
+                        self._load_keys()
+                        keys_loaded = True
+                    pid = self._same_paper(rec.keys)
                 if pid is not None:
                     if self.db.execute("SELECT 1 FROM seen WHERE paper_id=? LIMIT 1", (pid,)).fetchone():
                         report.duplicates += 1
@@ -599,6 +613,7 @@ class Ingester:
                     if any(p.title == paper.title for p in batch):
                         paper.title = f"{paper.title} [{paper.id[:6]}]"
                     pid = paper.id
+                    self.db.executemany("INSERT OR REPLACE INTO known_keys VALUES (?,?)", [(k, pid) for k in rec.keys])
                     batch.append(paper)
                     batch_keys[h] = paper
                     if len(batch) >= batch_size:
@@ -617,6 +632,46 @@ class Ingester:
         report.total = self.index.count()
         report.seconds = round(time.perf_counter() - t0, 3)
         return report
+
+    def _load_keys(self) -> None:
+        """The dedupe keys of the indexed papers, once per ingest that reads an export (``_same_paper``).
+
+        Computed from the registry (id, title, first author) rather than stored: no new table to keep in
+        step, at the cost of one pass over the papers' titles, which an ingest that embeds is far slower than.
+        """
+        from rag_papers.formats import registry_keys
+
+        last = 0
+        while rows := self.db.execute(
+            "SELECT seq, id, title, authors FROM papers WHERE seq > ? ORDER BY seq LIMIT 5000", (last,)
+        ).fetchall():
+            last = int(rows[-1]["seq"])
+            pairs = [
+                (k, r["id"])
+                for r in rows
+                for k in registry_keys(r["id"], r["title"], json.loads(r["authors"]) if r["authors"] else None)
+            ]
+            self.db.executemany("INSERT OR IGNORE INTO known_keys VALUES (?,?)", pairs)
+
+    def _same_paper(self, keys: list[str]) -> str | None:
+        """The paper another source already gave for one of these keys (same DOI or arXiv id, or else the
+        same normalised title and first author), if it lasts: seen in this ingest, or kept by a file this
+        ingest does not re-read. A paper only a re-read file had, not yet seen again, is the old version of
+        an edited record: not a match, so the edit replaces it as for any file."""
+        for key in keys:
+            row = self.db.execute("SELECT paper_id FROM known_keys WHERE key=?", (key,)).fetchone()
+            if row is None:
+                continue
+            pid = str(row[0])
+            lasting = self.db.execute("SELECT 1 FROM seen WHERE paper_id=? LIMIT 1", (pid,)).fetchone() or (
+                self.db.execute(
+                    "SELECT 1 FROM sources WHERE paper_id=? AND file NOT IN (SELECT file FROM ingest_files) LIMIT 1",
+                    (pid,),
+                ).fetchone()
+            )
+            if lasting:
+                return pid
+        return None
 
     def _rebuild_beside(self, files: list[Path], show_progress: bool, t0: float) -> IngestReport:
         """``ingest --rebuild``: build the new index in a staging folder beside this one, then swap it in.
