@@ -195,7 +195,7 @@ def test_csv_reader_keeps_all_fields(tmp_path: Path) -> None:
     ("name", "content", "needle"),
     [
         ("noabs.csv", "title,year\nA,2020\n", "noabs.csv:1: CSV needs an 'abstract' column"),
-        ("year.csv", f"abstract,year\n{ABSTRACT_X},soon\n", "year.csv:2: 'year' must be a number"),
+        ("year.csv", f"abstract,year\n{ABSTRACT_X},soon\n", "year.csv:2: 'year' must be a whole number"),
         ("noabs.jsonl", json.dumps({"title": "t"}) + "\n", "noabs.jsonl:1: record has no 'abstract'"),
         ("list.jsonl", json.dumps([1, 2]) + "\n", "list.jsonl:1: expected a JSON object"),
         ("authors.jsonl", json.dumps({"abstract": ABSTRACT_X, "authors": 3}) + "\n", "authors.jsonl:1: 'authors'"),
