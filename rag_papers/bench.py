@@ -695,7 +695,7 @@ class Bench:
         texts = (seeds + [synth_record(i, self.args.seed)["abstract"] for i in range(256)])[:256]
         queries = sample_queries(50, self.args.seed)
         backends = [b.strip() for b in self.args.embed_backends.split(",") if b.strip()]
-        threads = [int(t) for t in self.args.embed_threads.split(",") if t.strip()]
+        threads = [int(t) for t in self.args.thread_counts.split(",") if t.strip()]
         for b in backends:
             self.prepare_model(b)
         runs: dict[str, list[dict[str, Any]]] = {}
@@ -1113,7 +1113,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="embedding runtimes the micro-benchmark compares (default: %(default)s)",
     )
     p.add_argument(
-        "--embed-threads", default="1,2", help="thread counts the micro-benchmark tries (default: %(default)s)"
+        "--embed-threads",
+        dest="thread_counts",  # not the embed_threads setting: a list the micro-benchmark tries in turn
+        default="1,2",
+        help="thread counts the micro-benchmark tries (default: %(default)s)",
     )
     p.add_argument(
         "--rounds",

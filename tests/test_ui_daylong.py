@@ -23,7 +23,7 @@ from ollama_stub import OllamaStub
 from test_ui import BOT, STUB_MODEL, STUB_REPLY, Served, app_over_seeds, ask, open_app
 from test_ui_history import open_past, past_chats, reload, saved
 
-from rag_papers.config import Settings
+from rag_papers.config import PRESETS, Settings
 from rag_papers.llm import register_backend
 from rag_papers.retrieve import Filters
 
@@ -561,3 +561,13 @@ def test_the_wait_behind_another_session_is_shown_apart_from_the_first_token(
         assert _seconds(waited.group(1)) >= 1.0 and _seconds(first.group(1)) < 1.0, meta
     finally:
         other.context.close()
+
+
+def test_search_api_without_top_k_returns_the_servers_top_k(engine: object, seeded: Settings) -> None:
+    """Issue 29: ``/search`` without ``top_k`` follows the server's setting (the quality preset's 6), not a 5
+    written in the API."""
+    from rag_papers.ui.chat_app import ChatApp
+
+    quality = seeded.model_copy(update={"top_k": PRESETS["quality"]["top_k"]})
+    out = ChatApp(quality, engine).api_search("low-rank adaptation of language models")  # type: ignore[arg-type]
+    assert len(out["results"]) == PRESETS["quality"]["top_k"] != Settings().top_k
