@@ -111,7 +111,7 @@ class OllamaBackend:
     extractive = False
 
     def __init__(self, settings: Settings, model: str | None = None) -> None:
-        self.host = settings.ollama_host if "://" in settings.ollama_host else f"http://{settings.ollama_host}"
+        self.host = settings.ollama_url
         self.model = model or settings.ollama_model
         self.timeout = settings.ollama_timeout
         self.temperature = settings.temperature
@@ -413,17 +413,13 @@ def _short(exc: BaseException) -> str:
 # The UI's model box and the /ask API choose among models the server allows, by name. A
 # client's string is only ever compared with these names: it never reaches the filesystem,
 # so a path cannot load an arbitrary file nor tell whether one exists.
-def _ollama_host(settings: Settings) -> str:
-    return settings.ollama_host if "://" in settings.ollama_host else f"http://{settings.ollama_host}"
-
-
 def ollama_listed(settings: Settings, timeout: float = 2.0) -> list[str]:
     """The models the Ollama server lists (its operator pulled them); empty when it cannot be reached."""
     import httpx
     import ollama
 
     try:
-        models = ollama.Client(host=_ollama_host(settings), timeout=timeout).list().models
+        models = ollama.Client(host=settings.ollama_url, timeout=timeout).list().models
     except (httpx.HTTPError, ConnectionError, ollama.ResponseError, ValueError):
         return []
     return [m.model for m in models if m.model]

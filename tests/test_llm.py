@@ -68,6 +68,19 @@ def test_available_when_the_model_is_listed(stub: OllamaStub, settings: Settings
     assert ok is True
 
 
+@pytest.mark.parametrize("form", ["bare", "padded"])
+def test_every_ollama_client_reads_the_host_setting_alike(stub: OllamaStub, settings: Settings, form: str) -> None:
+    """Issue 29: two copies of the host normalisation, neither stripping the spaces the setting's validator
+    accepts (an OLLAMA_HOST pasted with a space), so the backend and the model list reached no server."""
+    from rag_papers.llm import ollama_listed
+
+    bare = stub.url.removeprefix("http://")
+    settings.ollama_host = bare if form == "bare" else f" {bare}\n"
+    assert OllamaBackend(settings).host == stub.url
+    assert OllamaBackend(settings).available()[0] is True
+    assert MODEL in ollama_listed(settings)
+
+
 def test_unavailable_when_the_model_is_missing(settings: Settings) -> None:
     with OllamaStub(models=["qwen2.5:0.5b"]) as other:
         settings.ollama_host = other.url
