@@ -457,7 +457,7 @@ class ChatSession:
         # Titles are corpus text, and the rewrite may reach an LLM's prompt as the question: ``as_data``.
         titles = [clip(as_data(t), TITLE_CHARS, words=True) for t in titles[:CARRY_TITLES]] if kind.papers else []
         # A demo model (SmolLM2) rewrites follow-ups into junk: the rule-based rewrite is used instead.
-        if not backend.extractive and not getattr(backend, "demo", False):
+        if not backend.extractive and not backend.demo:
             text = self._llm_rewrite(question, backend)
             if text is not None:
                 return text, tuple(titles)

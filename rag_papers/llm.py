@@ -33,7 +33,8 @@ class LLMError(RagPapersError):
 
 class Backend(Protocol):
     """What answering needs of a backend. ``stream`` may yield "" while it waits (a keepalive);
-    a backend may also offer ``phase`` (what it waits for) and ``cancel()`` (stop at once).
+    ``phase`` says what a running ``stream`` waits for, ``cancel()`` stops it at once where it can, and
+    ``demo`` marks a model that exercises generation but is not to be trusted (the packaged SmolLM2).
 
     ``extractive`` is true for a backend that generates nothing: the answer stage quotes the
     sources itself (it has the embedder and the prompts) and never calls ``stream``. Read-only
@@ -52,9 +53,87 @@ class Backend(Protocol):
     @property
     def extractive(self) -> bool: ...
 
+    @property
+    def demo(self) -> bool: ...
+
+    @property
+    def phase(self) -> str: ...
+
     def available(self) -> tuple[bool, str]: ...
 
     def stream(self, messages: list[Message], max_tokens: int) -> Iterator[str]: ...
+
+    def cancel(self) -> None: ...
+
+
+class BackendDefaults:
+    """What a backend is unless it says otherwise: not a demo, no phase to report, nothing to stop.
+
+    The built-in backends subclass it; a registered plugin that lacks any of these is handed out
+    wrapped (``_Plugin``), so callers read them as attributes, never with ``getattr``.
+    """
+
+    phase: str = ""
+
+    @property
+    def demo(self) -> bool:
+        return False
+
+    def cancel(self) -> None:
+        """Nothing to stop: a backend that cannot stop mid-answer ends at its own pace."""
+
+
+class _Plugin:
+    """A plugin backend written before ``demo``, ``phase`` and ``cancel``: its own members, the defaults for those
+    it lacks (``BackendDefaults``). Anything else the plugin has is reached through ``__getattr__``."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    @property
+    def name(self) -> str:
+        return str(self._inner.name)
+
+    @property
+    def model(self) -> str | None:
+        return self._inner.model  # type: ignore[no-any-return]
+
+    @property
+    def context_window(self) -> int:
+        return int(self._inner.context_window)
+
+    @property
+    def extractive(self) -> bool:
+        return bool(self._inner.extractive)
+
+    @property
+    def demo(self) -> bool:
+        return bool(getattr(self._inner, "demo", False))
+
+    @property
+    def phase(self) -> str:
+        return str(getattr(self._inner, "phase", "") or "")
+
+    def available(self) -> tuple[bool, str]:
+        return self._inner.available()  # type: ignore[no-any-return]
+
+    def stream(self, messages: list[Message], max_tokens: int) -> Iterator[str]:
+        return self._inner.stream(messages, max_tokens)  # type: ignore[no-any-return]
+
+    def cancel(self) -> None:
+        stop = getattr(self._inner, "cancel", None)
+        if callable(stop):
+            stop()
+
+
+def _with_defaults(backend: Any) -> Backend:
+    """``backend`` as the registry hands it out: with ``demo``, ``phase`` and ``cancel`` (``_Plugin`` adds them)."""
+    if all(hasattr(backend, member) for member in ("demo", "phase", "cancel")):
+        return backend  # type: ignore[no-any-return]
+    return _Plugin(backend)
 
 
 BackendFactory = Callable[[Settings, str | None], Backend]
@@ -79,7 +158,7 @@ def estimate_tokens(text: str) -> int:
 EXTRACTIVE_NOTE = "extractive answers (no LLM)"
 
 
-class ExtractiveBackend:
+class ExtractiveBackend(BackendDefaults):
     """No LLM: answers are the source sentences closest to the question, quoted and cited.
 
     Always available, so it is what ``auto`` falls back to. The quoting itself is
@@ -104,7 +183,7 @@ class ExtractiveBackend:
 
 
 # ------------------------------------------------------------------- Ollama
-class OllamaBackend:
+class OllamaBackend(BackendDefaults):
     """A model served by Ollama, through llama-index's ``Ollama`` class."""
 
     name = "ollama"
@@ -223,7 +302,7 @@ KEEPALIVE_SECONDS = 0.2  # while nothing comes, stream() yields "" this often (p
 _DONE = object()
 
 
-class LlamaCppBackend:
+class LlamaCppBackend(BackendDefaults):
     """Any local GGUF file through llama-index's ``LlamaCPP`` (optional extra ``llamacpp``)."""
 
     name = "llamacpp"
@@ -397,7 +476,7 @@ def get_backend(settings: Settings, name: str | None = None, model: str | None =
     factory = _REGISTRY.get(name)
     if factory is None:
         raise RagPapersError(f"unknown LLM backend {name!r}; choose from {', '.join(backend_names())}")
-    backend = factory(settings, model)
+    backend = _with_defaults(factory(settings, model))
     ok, why = backend.available()
     if not ok:
         raise LLMError(why)

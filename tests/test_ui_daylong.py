@@ -24,7 +24,7 @@ from test_ui import BOT, STUB_MODEL, STUB_REPLY, Served, app_over_seeds, ask, op
 from test_ui_history import open_past, past_chats, reload, saved
 
 from rag_papers.config import PRESETS, Settings
-from rag_papers.llm import register_backend
+from rag_papers.llm import BackendDefaults, register_backend
 from rag_papers.retrieve import Filters
 
 pytestmark = pytest.mark.filterwarnings(
@@ -495,7 +495,7 @@ def test_the_export_says_what_the_abstracts_do_not_mention() -> None:
 GATED_REPLY = "ABBA reparameterizes the update as a Hadamard product of two learnable low-rank matrices [1]."
 
 
-class GatedBackend:
+class GatedBackend(BackendDefaults):
     """An LLM that writes one answer at a time, as llama.cpp does (its gate): a second answer waits, in the
     "waiting" phase, until the first is done. In-process, so the tests control its pace."""
 

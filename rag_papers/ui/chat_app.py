@@ -87,7 +87,7 @@ def backend_status(settings: Settings, name: str | None, model: str | None) -> t
     except RagPapersError as exc:
         return str(exc), "bad"
     if not backend.extractive:
-        if getattr(backend, "demo", False):  # working, but not to be trusted: amber, and said so
+        if backend.demo:  # working, but not to be trusted: amber, and said so
             return f"{why} (demo model: answers are unreliable)", "warn"
         return why, "ok"
     if (name or settings.llm) == "extractive":
