@@ -619,8 +619,7 @@ class AnswerStream:
     def phase(self) -> str:
         """What the answer waits for, for a UI to say: "waiting" (the model is busy with another
         answer), "loading" (the model), "reading" (the abstracts: before the first token), "writing"."""
-        reported = str(getattr(self.backend, "phase", "") or "")
-        return reported or ("writing" if self._writing else "reading")
+        return self.backend.phase or ("writing" if self._writing else "reading")
 
     def cancel(self) -> None:
         """Stop generating (the UI's Stop): backends that can (llama.cpp) end at their next token.
@@ -629,9 +628,7 @@ class AnswerStream:
         turn and a half-written reply never steers the next follow-up.
         """
         self.cancelled = True
-        cancel = getattr(self.backend, "cancel", None)
-        if callable(cancel):
-            cancel()
+        self.backend.cancel()
 
     def __iter__(self) -> Iterator[str]:
         try:

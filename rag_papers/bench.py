@@ -44,6 +44,8 @@ from typing import Any
 
 from rag_papers.choices import EMBED_BACKENDS
 from rag_papers.paths import checkout_eval_dir
+from rag_papers.stats import PERCENTILE_RULE, percentile
+from rag_papers.vectors import tree_bytes
 
 TARGETS = {
     "query_p50_big_ms": 30.0,
@@ -56,30 +58,6 @@ TARGETS = {
 
 
 # ------------------------------------------------------------------ helpers
-def _percentile(xs: list[float], p: float) -> float:
-    if not xs:
-        return 0.0
-    xs = sorted(xs)
-    k = (len(xs) - 1) * p / 100
-    lo = int(k)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
-
-
-def du_bytes(path: Path, exclude: Path | None = None) -> int:
-    """Disk usage like ``du`` (allocated blocks), optionally leaving one sub-folder out."""
-    total = 0
-    for root, dirs, files in os.walk(path):
-        if exclude is not None:
-            dirs[:] = [d for d in dirs if Path(root, d) != exclude]
-        for f in files:
-            try:
-                total += os.lstat(os.path.join(root, f)).st_blocks * 512
-            except OSError:
-                pass
-    return total
-
-
 def cli_command() -> list[str]:
     exe = Path(sys.executable).parent / "rag-papers"
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "rag_papers.cli"]
@@ -251,7 +229,7 @@ def w_ours_query(args: dict[str, Any]) -> dict[str, Any]:
     return {
         "latency_ms": lat,
         "ids": ids,
-        "parts_p50_ms": {k: round(_percentile(v, 50), 2) for k, v in parts.items()},
+        "parts_p50_ms": {k: round(percentile(v, 50), 2) for k, v in parts.items()},
         "titles": hits,
         "papers": index.count(),
         "model_load_s": round(load_s, 3),
@@ -367,8 +345,8 @@ def w_embed(args: dict[str, Any]) -> dict[str, Any]:
         "load_s": round(load_s, 3),
         "batch_s": round(best, 3),
         "per_s": round(len(texts) / best, 2),
-        "query_p50_ms": round(_percentile(lat, 50), 2),
-        "query_p95_ms": round(_percentile(lat, 95), 2),
+        "query_p50_ms": round(percentile(lat, 50), 2),
+        "query_p95_ms": round(percentile(lat, 95), 2),
         "torch_imported": "torch" in sys.modules,
     }
 
@@ -526,12 +504,15 @@ class Bench:
             "embed_only_per_s": round(ing["added"] / ing["embed_s"], 2) if ing.get("embed_s") else None,
             # With a server, its data folder holds the vectors: count it too.
             "size_mb": round(
-                (du_bytes(home, exclude=home / "models") + (du_bytes(self.work / "chroma-server") if chroma_url else 0))
+                (
+                    tree_bytes(home, exclude=home / "models")
+                    + (tree_bytes(self.work / "chroma-server") if chroma_url else 0)
+                )
                 / 2**20,
                 1,
             ),
-            "query_p50_ms": round(_percentile(lat, 50), 2),
-            "query_p95_ms": round(_percentile(lat, 95), 2),
+            "query_p50_ms": round(percentile(lat, 50), 2),
+            "query_p95_ms": round(percentile(lat, 95), 2),
             "query_parts_p50_ms": q["parts_p50_ms"],
             "queries": len(lat),
             "title_hit_at_5": f"{title_hits}/{len(titles)}",
@@ -594,9 +575,9 @@ class Bench:
             "peak_rss_mb": ing["peak_rss_mb"],
             "vectors": ing["vectors"],
             **_token_rates(ing["tokens"], n, n, ing["ingest_s"]),
-            "size_mb": round(du_bytes(d) / 2**20, 1),
-            "query_p50_ms": round(_percentile(lat, 50), 2),
-            "query_p95_ms": round(_percentile(lat, 95), 2),
+            "size_mb": round(tree_bytes(d) / 2**20, 1),
+            "query_p50_ms": round(percentile(lat, 50), 2),
+            "query_p95_ms": round(percentile(lat, 95), 2),
             "queries": len(lat),
             "title_hit_at_5": f"{title_hits}/{len(titles)}",
         }
@@ -695,7 +676,7 @@ class Bench:
         texts = (seeds + [synth_record(i, self.args.seed)["abstract"] for i in range(256)])[:256]
         queries = sample_queries(50, self.args.seed)
         backends = [b.strip() for b in self.args.embed_backends.split(",") if b.strip()]
-        threads = [int(t) for t in self.args.embed_threads.split(",") if t.strip()]
+        threads = [int(t) for t in self.args.thread_counts.split(",") if t.strip()]
         for b in backends:
             self.prepare_model(b)
         runs: dict[str, list[dict[str, Any]]] = {}
@@ -825,7 +806,7 @@ class Bench:
                     },
                     self.env(home),
                 )
-                p50[n].append(round(_percentile(q["latency_ms"], 50), 2))
+                p50[n].append(round(percentile(q["latency_ms"], 50), 2))
                 for k, v in q["parts_p50_ms"].items():
                     parts[n].setdefault(k, []).append(v)
             self.log(f"side by side, round {rnd + 1}: p50 {small:,} {p50[small][-1]} ms, {big:,} {p50[big][-1]} ms")
@@ -977,7 +958,7 @@ def markdown(r: dict[str, Any]) -> str:
     m = r["machine"]
     out = [
         f"# Scale benchmark\n\n{r['date']}; {m['cpus']} CPUs, load average at start {m['loadavg_at_start']}; "
-        f"our embedding backend: `{r['backend']}`; baseline: llama-index defaults (torch).\n"
+        f"our embedding backend: `{r['backend']}`; baseline: llama-index defaults (torch). {PERCENTILE_RULE}\n"
     ]
     if r.get("sizes"):
         out.append(
@@ -1113,7 +1094,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="embedding runtimes the micro-benchmark compares (default: %(default)s)",
     )
     p.add_argument(
-        "--embed-threads", default="1,2", help="thread counts the micro-benchmark tries (default: %(default)s)"
+        "--embed-threads",
+        dest="thread_counts",  # not the embed_threads setting: a list the micro-benchmark tries in turn
+        default="1,2",
+        help="thread counts the micro-benchmark tries (default: %(default)s)",
     )
     p.add_argument(
         "--rounds",

@@ -15,7 +15,7 @@ from functools import lru_cache
 
 from rag_papers.answer import Answer, AnswerStream, TermStats, as_data, asks_for_papers, load_prompt
 from rag_papers.config import Settings
-from rag_papers.corpus import STOPWORDS
+from rag_papers.corpus import STOPWORDS, clip
 from rag_papers.coverage import comparison_sides
 from rag_papers.index import Index
 from rag_papers.keyword import keyword_tokens, paper_text
@@ -322,13 +322,6 @@ def follow_up(question: str, stats: TermStats | None = None) -> FollowUp | None:
     return None
 
 
-def _clip(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    if len(text) <= limit:
-        return text
-    return text[:limit].rsplit(" ", 1)[0].rstrip(",;:") + "…"
-
-
 def _cited(answer: Answer | None) -> list[tuple[int, str]]:
     """(source number, title) of each paper ``answer`` cites, in citation order."""
     if answer is None:
@@ -462,16 +455,16 @@ class ChatSession:
         if pick is not None and -len(titles) <= pick < len(titles):
             titles = [titles[pick]]
         # Titles are corpus text, and the rewrite may reach an LLM's prompt as the question: ``as_data``.
-        titles = [_clip(as_data(t), TITLE_CHARS) for t in titles[:CARRY_TITLES]] if kind.papers else []
+        titles = [clip(as_data(t), TITLE_CHARS, words=True) for t in titles[:CARRY_TITLES]] if kind.papers else []
         # A demo model (SmolLM2) rewrites follow-ups into junk: the rule-based rewrite is used instead.
-        if not backend.extractive and not getattr(backend, "demo", False):
+        if not backend.extractive and not backend.demo:
             text = self._llm_rewrite(question, backend)
             if text is not None:
                 return text, tuple(titles)
         about = []
         if titles:
             about.append("about " + ", ".join(f'"{t}"' for t in titles))
-        about.append(f'after "{_clip(last.question, PREVIOUS_CHARS)}"')
+        about.append(f'after "{clip(last.question, PREVIOUS_CHARS, words=True)}"')
         return f"{question} ({'; '.join(about)})", tuple(titles)
 
     def _llm_rewrite(self, question: str, backend: Backend) -> str | None:
@@ -481,8 +474,8 @@ class ChatSession:
             # Numbered as the answer's text cites them (in the fullwidth brackets ``as_data`` gives its citations).
             cited = "; ".join(f'\uff3b{n}\uff3d "{history_data(x)}"' for n, x in _cited(t.answer)) or "none"
             turns.append(
-                f"User: {history_data(_clip(t.question, LONG_CHARS))}\n"
-                f"Assistant: {history_data(_clip(answer, HISTORY_ANSWER_CHARS))}\n"
+                f"User: {history_data(clip(t.question, LONG_CHARS, words=True))}\n"
+                f"Assistant: {history_data(clip(answer, HISTORY_ANSWER_CHARS, words=True))}\n"
                 f"Papers cited: {cited}"
             )
         history = f"{HISTORY_OPEN}\n" + "\n\n".join(turns) + f"\n{HISTORY_CLOSE}"

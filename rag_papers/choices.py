@@ -12,6 +12,8 @@ RetrievalMode = Literal["hybrid", "dense", "bm25"]
 EmbedBackend = Literal["torch", "onnx", "onnx-int8"]
 RETRIEVAL_MODES: tuple[RetrievalMode, ...] = get_args(RetrievalMode)
 EMBED_BACKENDS: tuple[EmbedBackend, ...] = get_args(EmbedBackend)
+# The configurations `rag-papers eval` scores unless told otherwise (rag_papers/evaluate.py); `--configs` help lists them.
+DEFAULT_CONFIGS = ("naive", "dense", "bm25", "rrf", "hybrid", "quality")
 
 PRESETS: dict[str, dict[str, Any]] = {
     # Best quality here: hybrid retrieval, more candidates.

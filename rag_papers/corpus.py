@@ -943,10 +943,16 @@ def read_file(path: Path, on_skip: Callable[[str], None] | None = None) -> Itera
         raise CorpusError(f"{path}: no abstracts found{why}")
 
 
-def clip(text: str, n: int) -> str:
-    """``text`` on one line, cut to ``n`` characters with an ellipsis (the one clipping rule of the package)."""
+def clip(text: str, n: int, words: bool = False) -> str:
+    """``text`` on one line, cut to ``n`` characters with an ellipsis (the one clipping rule of the package);
+    with ``words``, at the end of the last whole word, less a trailing comma or colon (what a prompt quotes)."""
     text = " ".join(text.split())
-    return text if len(text) <= n else text[: n - 1].rstrip() + "…"
+    if len(text) <= n:
+        return text
+    cut = text[: n - 1]
+    if words and text[n - 1] != " ":
+        cut = cut.rsplit(" ", 1)[0]
+    return (cut.rstrip(",;: ") if words else cut.rstrip()) + "…"
 
 
 def clip_repr(value: object, n: int = 40) -> str:

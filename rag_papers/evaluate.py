@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from rag_papers import RagPapersError
+from rag_papers.choices import DEFAULT_CONFIGS as DEFAULT_CONFIGS  # defined with the other named choices
 from rag_papers.config import PROJECT_ROOT, Settings
 from rag_papers.paths import checkout_eval_dir
+from rag_papers.stats import PERCENTILE_RULE, percentile
 
 KINDS = ("lexical", "paraphrase", "multi", "offtopic")
-DEFAULT_CONFIGS = ("naive", "dense", "bm25", "rrf", "hybrid", "quality")
 FITTED_NOTE = (
     "fitted floor: the highest relevance floor that wrongly refuses at most 1% of the answerable questions. With a "
     "dev/test split it is fitted on dev and applied unchanged to test (the test row says what it really does); "
@@ -233,14 +234,6 @@ class ConfigResult:
     splits: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-def _percentile(xs: list[float], p: float) -> float:
-    if not xs:
-        return 0.0
-    xs = sorted(xs)
-    i = min(len(xs) - 1, max(0, round(p / 100 * (len(xs) - 1))))
-    return xs[i]
-
-
 def score_config(name: str, ranker: Ranker, questions: list[Question], k: int = 10) -> ConfigResult:
     import ir_measures
     from ir_measures import RR, R, Success, nDCG
@@ -291,7 +284,7 @@ def score_config(name: str, ranker: Ranker, questions: list[Question], k: int = 
         dev_fit = _fit_floors(out.splits["dev"]["refusal"], [q for q in questions if q.split == "dev"], evidences, None)
         if dev_fit is not None:
             _fit_floors(out.splits["test"]["refusal"], [q for q in questions if q.split == "test"], evidences, dev_fit)
-    out.latency_ms = {"p50": round(_percentile(lat, 50), 2), "p95": round(_percentile(lat, 95), 2)}
+    out.latency_ms = {"p50": round(percentile(lat, 50), 2), "p95": round(percentile(lat, 95), 2)}
     for row in out.per_question:
         row.update(per_q.get(row["id"], {}))
     return out
@@ -655,7 +648,7 @@ def table(results: list[ConfigResult]) -> str:
                 f"{r.name:<8} {label:<5} {f['refusal_recall']:>18.3f} {near:>12} {f['false_refusal_rate']:>15.3f} "
                 f"{r.latency_ms['p50']:>7.1f} {r.latency_ms['p95']:>7.1f}  {fitted:>50}"
             )
-    lines.append(FITTED_NOTE)
+    lines.append(f"{FITTED_NOTE} {PERCENTILE_RULE}")
     return "\n".join(lines)
 
 
@@ -694,7 +687,7 @@ def markdown(results: list[ConfigResult], meta: dict[str, Any], answers: dict[st
                 f"| {r.name} | {label} | {f['refusal_recall']:.3f} | {near} | {f['false_refusal_rate']:.3f} | "
                 f"{r.latency_ms['p50']:.1f} | {r.latency_ms['p95']:.1f} | {fitted} |"
             )
-    out.append(f"\n{FITTED_NOTE}")
+    out.append(f"\n{FITTED_NOTE} {PERCENTILE_RULE}")
     for name, why in meta.get("skipped", {}).items():
         out.append(f"\n`{name}` was skipped: {why}.")
     if answers:

@@ -372,7 +372,7 @@ class Index:
     def keyword(self, query: str, n: int) -> list[tuple[str, float]]:
         """Top papers by BM25 over the query's specific terms (``useful_terms``): ``keyword_terms`` for a query."""
         n_docs, stats = self.term_stats(query)
-        return self.keyword_terms(useful_terms(stats, n_docs), n)
+        return self.keyword_terms(useful_terms(stats, n_docs, self.settings.keyword_max_df), n)
 
     def keyword_terms(self, terms: Sequence[str], n: int) -> list[tuple[str, float]]:
         """(paper id, BM25) of the ``n`` best papers for these stemmed terms, best first.

@@ -341,12 +341,9 @@ def lucene_idf(n_docs: int, df: int) -> float:
     return math.log(1 + (n_docs - df + 0.5) / (df + 0.5))
 
 
-# Terms in more than this share of the papers are not keyword evidence (retrieve.py; fitted on eval/qa.jsonl's dev part).
-MAX_DF_SHARE = 0.25
-
-
-def useful_terms(stats: list[tuple[str, int]], n_docs: int, max_df: float = MAX_DF_SHARE) -> list[str]:
-    """Known terms specific enough to be evidence: in at most ``max_df`` of the papers.
+def useful_terms(stats: list[tuple[str, int]], n_docs: int, max_df: float) -> list[str]:
+    """Known terms specific enough to be evidence: in at most ``max_df`` of the papers (the ``keyword_max_df``
+    setting, fitted on eval/qa.jsonl's dev part: every caller passes it, so there is no second copy here).
 
     A match on a word found in 40% of the corpus ("neural", "model") says little about
     which paper is meant; counting it let generic words outvote the dense ranking.

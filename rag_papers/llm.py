@@ -33,7 +33,8 @@ class LLMError(RagPapersError):
 
 class Backend(Protocol):
     """What answering needs of a backend. ``stream`` may yield "" while it waits (a keepalive);
-    a backend may also offer ``phase`` (what it waits for) and ``cancel()`` (stop at once).
+    ``phase`` says what a running ``stream`` waits for, ``cancel()`` stops it at once where it can, and
+    ``demo`` marks a model that exercises generation but is not to be trusted (the packaged SmolLM2).
 
     ``extractive`` is true for a backend that generates nothing: the answer stage quotes the
     sources itself (it has the embedder and the prompts) and never calls ``stream``. Read-only
@@ -52,9 +53,87 @@ class Backend(Protocol):
     @property
     def extractive(self) -> bool: ...
 
+    @property
+    def demo(self) -> bool: ...
+
+    @property
+    def phase(self) -> str: ...
+
     def available(self) -> tuple[bool, str]: ...
 
     def stream(self, messages: list[Message], max_tokens: int) -> Iterator[str]: ...
+
+    def cancel(self) -> None: ...
+
+
+class BackendDefaults:
+    """What a backend is unless it says otherwise: not a demo, no phase to report, nothing to stop.
+
+    The built-in backends subclass it; a registered plugin that lacks any of these is handed out
+    wrapped (``_Plugin``), so callers read them as attributes, never with ``getattr``.
+    """
+
+    phase: str = ""
+
+    @property
+    def demo(self) -> bool:
+        return False
+
+    def cancel(self) -> None:
+        """Nothing to stop: a backend that cannot stop mid-answer ends at its own pace."""
+
+
+class _Plugin:
+    """A plugin backend written before ``demo``, ``phase`` and ``cancel``: its own members, the defaults for those
+    it lacks (``BackendDefaults``). Anything else the plugin has is reached through ``__getattr__``."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    @property
+    def name(self) -> str:
+        return str(self._inner.name)
+
+    @property
+    def model(self) -> str | None:
+        return self._inner.model  # type: ignore[no-any-return]
+
+    @property
+    def context_window(self) -> int:
+        return int(self._inner.context_window)
+
+    @property
+    def extractive(self) -> bool:
+        return bool(self._inner.extractive)
+
+    @property
+    def demo(self) -> bool:
+        return bool(getattr(self._inner, "demo", False))
+
+    @property
+    def phase(self) -> str:
+        return str(getattr(self._inner, "phase", "") or "")
+
+    def available(self) -> tuple[bool, str]:
+        return self._inner.available()  # type: ignore[no-any-return]
+
+    def stream(self, messages: list[Message], max_tokens: int) -> Iterator[str]:
+        return self._inner.stream(messages, max_tokens)  # type: ignore[no-any-return]
+
+    def cancel(self) -> None:
+        stop = getattr(self._inner, "cancel", None)
+        if callable(stop):
+            stop()
+
+
+def _with_defaults(backend: Any) -> Backend:
+    """``backend`` as the registry hands it out: with ``demo``, ``phase`` and ``cancel`` (``_Plugin`` adds them)."""
+    if all(hasattr(backend, member) for member in ("demo", "phase", "cancel")):
+        return backend  # type: ignore[no-any-return]
+    return _Plugin(backend)
 
 
 BackendFactory = Callable[[Settings, str | None], Backend]
@@ -79,7 +158,7 @@ def estimate_tokens(text: str) -> int:
 EXTRACTIVE_NOTE = "extractive answers (no LLM)"
 
 
-class ExtractiveBackend:
+class ExtractiveBackend(BackendDefaults):
     """No LLM: answers are the source sentences closest to the question, quoted and cited.
 
     Always available, so it is what ``auto`` falls back to. The quoting itself is
@@ -104,14 +183,14 @@ class ExtractiveBackend:
 
 
 # ------------------------------------------------------------------- Ollama
-class OllamaBackend:
+class OllamaBackend(BackendDefaults):
     """A model served by Ollama, through llama-index's ``Ollama`` class."""
 
     name = "ollama"
     extractive = False
 
     def __init__(self, settings: Settings, model: str | None = None) -> None:
-        self.host = settings.ollama_host if "://" in settings.ollama_host else f"http://{settings.ollama_host}"
+        self.host = settings.ollama_url
         self.model = model or settings.ollama_model
         self.timeout = settings.ollama_timeout
         self.temperature = settings.temperature
@@ -223,7 +302,7 @@ KEEPALIVE_SECONDS = 0.2  # while nothing comes, stream() yields "" this often (p
 _DONE = object()
 
 
-class LlamaCppBackend:
+class LlamaCppBackend(BackendDefaults):
     """Any local GGUF file through llama-index's ``LlamaCPP`` (optional extra ``llamacpp``)."""
 
     name = "llamacpp"
@@ -397,7 +476,7 @@ def get_backend(settings: Settings, name: str | None = None, model: str | None =
     factory = _REGISTRY.get(name)
     if factory is None:
         raise RagPapersError(f"unknown LLM backend {name!r}; choose from {', '.join(backend_names())}")
-    backend = factory(settings, model)
+    backend = _with_defaults(factory(settings, model))
     ok, why = backend.available()
     if not ok:
         raise LLMError(why)
@@ -413,17 +492,13 @@ def _short(exc: BaseException) -> str:
 # The UI's model box and the /ask API choose among models the server allows, by name. A
 # client's string is only ever compared with these names: it never reaches the filesystem,
 # so a path cannot load an arbitrary file nor tell whether one exists.
-def _ollama_host(settings: Settings) -> str:
-    return settings.ollama_host if "://" in settings.ollama_host else f"http://{settings.ollama_host}"
-
-
 def ollama_listed(settings: Settings, timeout: float = 2.0) -> list[str]:
     """The models the Ollama server lists (its operator pulled them); empty when it cannot be reached."""
     import httpx
     import ollama
 
     try:
-        models = ollama.Client(host=_ollama_host(settings), timeout=timeout).list().models
+        models = ollama.Client(host=settings.ollama_url, timeout=timeout).list().models
     except (httpx.HTTPError, ConnectionError, ollama.ResponseError, ValueError):
         return []
     return [m.model for m in models if m.model]

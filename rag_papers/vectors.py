@@ -81,8 +81,9 @@ def free_bytes(path: Path) -> int:
     return shutil.disk_usage(p).free
 
 
-def tree_bytes(path: Path) -> int:
-    """Bytes taken by the files under ``path`` (a handful of files for Chroma and tantivy)."""
+def tree_bytes(path: Path, exclude: Path | None = None) -> int:
+    """Bytes the files under ``path`` take on disk (allocated blocks, like ``du``; links as themselves), leaving
+    the folder ``exclude`` out: the ingest's headroom (Chroma, tantivy) and the bench's index sizes."""
     total = 0
     stack = [path]
     while stack:
@@ -93,7 +94,8 @@ def tree_bytes(path: Path) -> int:
         for e in entries:
             try:
                 if e.is_dir(follow_symlinks=False):
-                    stack.append(Path(e.path))
+                    if exclude is None or Path(e.path) != exclude:
+                        stack.append(Path(e.path))
                 else:
                     total += e.stat(follow_symlinks=False).st_blocks * 512
             except OSError:

@@ -21,7 +21,7 @@ import pytest
 
 from rag_papers.bench import free_port, stop_process, wait_http  # shared with the bench; tests import them from here
 from rag_papers.config import PROJECT_ROOT, Settings
-from rag_papers.llm import Message, register_backend
+from rag_papers.llm import BackendDefaults, Message, register_backend
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -29,7 +29,7 @@ SEEDS = PROJECT_ROOT / "seeds"
 VENV_BIN = Path(sys.executable).parent
 
 
-class FakeBackend:
+class FakeBackend(BackendDefaults):
     """A scripted LLM: ``reply`` is a string or a function of the messages."""
 
     name = "fake"

@@ -147,6 +147,25 @@ def test_the_ui_badges_a_model_refusal_and_names_the_model(engine: Engine) -> No
     assert "Sources</b>" in panel and "below the relevance threshold" not in panel
 
 
+@pytest.mark.parametrize("context_papers", [2, 4])
+def test_a_refusal_before_any_llm_shows_context_papers_closest_papers(engine: Engine, context_papers: int) -> None:
+    """Issue 29: the panel of a refusal made before any LLM showed 3 papers, a number written in the UI beside
+    top_k and context_papers; it shows context_papers of them, as the provisional sources of an answer do."""
+    from rag_papers.chat import ChatSession
+    from rag_papers.ui.chat_app import ChatApp
+    from rag_papers.ui.state import Exchange, UIState
+
+    settings = engine.settings.model_copy(update={"context_papers": context_papers})
+    stream = engine.ask("who won the 2022 World Cup?", FakeBackend(reply="unused"), top_k=5)
+    answer = stream.run()
+    assert answer.refused and not answer.sources and len(stream.result.results) >= 4
+    app = ChatApp(settings, engine)
+    state, ex = UIState(session=ChatSession(engine)), Exchange(question=answer.question, mode="answer")
+    state.exchanges.append(ex)
+    app._finish(state, 0, ex, answer, stream.result)
+    assert [it.id for it in ex.items] == [h.id for h in stream.result.results[:context_papers]]
+
+
 # ------------------------------------------------------------------ runaway repetition
 @pytest.mark.parametrize("unit", ["The answer is:\n", "The answer is: ", "ABBA is a method [1]. "])
 def test_a_line_repeated_over_and_over_is_cut(engine: Engine, unit: str) -> None:

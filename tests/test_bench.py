@@ -86,3 +86,21 @@ def test_bench_measures_both_systems_and_resumes_a_killed_ingest(tmp_path: Path)
     # The model's share of our ingest: less than all of it, and a ceiling above the measured rate.
     assert ours["embed_only_per_s"] > ours["ingest_per_s"]
     assert f"Killed and resumed at {BIG}" in md
+
+
+def test_one_disk_usage_measure_for_the_bench_and_the_ingest_headroom(tmp_path: Path) -> None:
+    """Issue 29: ``bench.du_bytes`` and ``vectors.tree_bytes`` measured the same thing twice (allocated blocks
+    of the files under a folder); one remains, which leaves a sub-folder out on request (the bench's models)."""
+    import os
+
+    from rag_papers import bench, vectors
+
+    assert not hasattr(bench, "du_bytes")
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "weights.bin").write_bytes(os.urandom(1 << 20))
+    (tmp_path / "index.bin").write_bytes(os.urandom(1 << 16))
+    (tmp_path / "link").symlink_to(tmp_path / "models" / "weights.bin")  # a link counts as itself, not its target
+    whole = vectors.tree_bytes(tmp_path)
+    without = vectors.tree_bytes(tmp_path, exclude=tmp_path / "models")
+    assert whole >= (1 << 20) + (1 << 16) and (1 << 16) <= without < (1 << 16) + 64 * 1024
+    assert whole - without >= 1 << 20

@@ -481,3 +481,18 @@ def test_an_id_taken_by_an_indexed_paper_is_renamed_and_reported(tmp_path: Path,
     assert json.loads(as_json.stdout)["renamed"] == []
     papers = {json.loads(line)["id"] for line in run_main("papers", "--json", env=env).stdout.splitlines()}
     assert {"p1", new_id} <= papers
+
+
+def test_one_clip_rule_cuts_at_characters_or_at_a_whole_word() -> None:
+    """Issue 29: chat.py had its own ``_clip`` (whole words, for the rewrite prompt) beside ``corpus.clip``."""
+    from rag_papers import chat
+    from rag_papers.corpus import clip
+
+    assert not hasattr(chat, "_clip")
+    text = "alpha  beta,\ngamma delta"
+    assert clip(text, 100) == clip(text, 100, words=True) == "alpha beta, gamma delta"
+    assert clip(text, 14) == "alpha beta, g…"
+    assert clip(text, 14, words=True) == "alpha beta…"  # no half word, no dangling comma
+    assert clip(text, 12, words=True) == "alpha beta…"  # the cut falls right after a word: it stays
+    for n in range(2, 24):
+        assert len(clip(text, n)) <= n and len(clip(text, n, words=True)) <= n

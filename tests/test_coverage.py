@@ -19,7 +19,7 @@ from test_integrity import abba_id
 from rag_papers.chat import ChatSession, Engine, usable_rewrite
 from rag_papers.config import Settings
 from rag_papers.coverage import asked_facet, comparison_sides, split_question
-from rag_papers.llm import ExtractiveBackend
+from rag_papers.llm import BackendDefaults, ExtractiveBackend
 
 SEEDS_TEXT: list[str] = []
 
@@ -171,14 +171,13 @@ def test_a_good_llm_rewrite_is_kept() -> None:
     assert usable_rewrite(good, "how does it compare to LoRA?", conversation) == good
 
 
-class JunkRewriter:
+class JunkRewriter(BackendDefaults):
     """A backend that answers every rewrite with junk and counts its calls (the real check is usable_rewrite's)."""
 
     extractive = False
     name = "junk"
     model = "junk-1"
     context_window = 4096
-    demo = False
 
     def __init__(self, reply: str) -> None:
         self.reply = reply

@@ -495,7 +495,7 @@ def test_keyword_index_ranks_by_bm25_over_every_paper(seeded: Settings) -> None:
         "language models reasoning with fewer tokens",
     ):
         n_docs, stats = index.term_stats(q)
-        df, terms = dict(stats), _useful(stats, n_docs)
+        df, terms = dict(stats), _useful(stats, n_docs, seeded.keyword_max_df)
         exact: dict[str, float] = {}
         for seq, toks in docs.items():
             norm = 1.2 * (1 - 0.75 + 0.75 * len(toks) / avgdl)
@@ -638,3 +638,24 @@ def test_papers_of_an_earlier_batch_count_for_duplicates_ids_and_titles(tmp_path
     assert len({t for t, _ in got.values()}) == 11
     assert_chunks_match_registry(index)
     index.close()
+
+
+def test_the_keyword_max_df_setting_decides_which_words_are_evidence(seeded: Settings) -> None:
+    """Issue 29: ``keyword.MAX_DF_SHARE`` copied the ``keyword_max_df`` setting and ``Index.keyword`` and the UI's
+    suggestions used the copy, so setting it changed retrieval's scoring but not those two."""
+    from rag_papers.ui.suggest import specific_enough
+
+    index = Index(seeded)
+    n_docs, stats = index.term_stats("model learning method results")
+    generic = [t for t, df in stats if df > seeded.keyword_max_df * n_docs]
+    assert generic, stats  # words in more than a quarter of the seeds' papers
+    assert index.keyword(generic[0], 5) == []  # no keyword evidence at the default
+    loose = Index(seeded.model_copy(update={"keyword_max_df": 1.0}))
+    assert loose.keyword(generic[0], 5)
+
+    # A phrase whose words are each in a few papers names a topic; when the setting lets no word in two
+    # papers count as evidence, it names none.
+    phrase = "mixture of experts"
+    assert specific_enough(index, phrase) and min(df for _, df in index.term_stats(phrase)[1]) >= 2
+    strict = Index(seeded.model_copy(update={"keyword_max_df": 1 / n_docs}))
+    assert not specific_enough(strict, phrase)

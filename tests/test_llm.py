@@ -19,6 +19,7 @@ from rag_papers.llm import (
     ExtractiveBackend,
     LlamaCppBackend,
     LLMError,
+    Message,
     OllamaBackend,
     backend_names,
     estimate_tokens,
@@ -66,6 +67,51 @@ def test_available_when_the_model_is_listed(stub: OllamaStub, settings: Settings
     stub.models.append("mistral:latest")
     ok, _ = OllamaBackend(settings, "mistral").available()
     assert ok is True
+
+
+@pytest.mark.parametrize("form", ["bare", "padded"])
+def test_every_ollama_client_reads_the_host_setting_alike(stub: OllamaStub, settings: Settings, form: str) -> None:
+    """Issue 29: two copies of the host normalisation, neither stripping the spaces the setting's validator
+    accepts (an OLLAMA_HOST pasted with a space), so the backend and the model list reached no server."""
+    from rag_papers.llm import ollama_listed
+
+    bare = stub.url.removeprefix("http://")
+    settings.ollama_host = bare if form == "bare" else f" {bare}\n"
+    assert OllamaBackend(settings).host == stub.url
+    assert OllamaBackend(settings).available()[0] is True
+    assert MODEL in ollama_listed(settings)
+
+
+def test_the_registry_hands_out_backends_that_say_demo_phase_and_cancel(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 29: ``demo``, ``phase`` and ``cancel`` were outside the ``Backend`` protocol, read with ``getattr``
+    by answer.py, chat.py and the UI. Every backend the registry hands out has them: the built-in ones, and a
+    plugin written before them (the defaults: no demo, no phase, nothing to stop)."""
+    from rag_papers import llm
+
+    class Plain:  # a plugin that knows nothing of demo, phase or cancel
+        name = "plain"
+        model = "plain-1"
+        context_window = 2048
+        extractive = False
+
+        def available(self) -> tuple[bool, str]:
+            return True, "plain plugin"
+
+        def stream(self, messages: list[Message], max_tokens: int) -> Iterator[str]:
+            yield "Plain [1]."
+
+    monkeypatch.setitem(llm._REGISTRY, "plain", lambda s, m: Plain())
+    plain, why = get_backend(settings, "plain")
+    assert why == "plain plugin" and (plain.name, plain.model, plain.context_window) == ("plain", "plain-1", 2048)
+    plain.cancel()  # nothing to stop, and no error
+    assert plain.demo is False and plain.phase == ""
+    assert list(plain.stream([], 16)) == ["Plain [1]."]
+    for backend in (ExtractiveBackend(), OllamaBackend(settings), FakeBackend()):
+        backend.cancel()
+        assert backend.demo is False and backend.phase == ""
+    assert LlamaCppBackend(settings).demo is True  # the packaged SmolLM2
 
 
 def test_unavailable_when_the_model_is_missing(settings: Settings) -> None:

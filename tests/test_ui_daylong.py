@@ -24,8 +24,8 @@ from test_ui import BOT, Served, app_over_seeds, ask, open_app
 from test_ui_everyday import llm_server, llm_stub  # noqa: F401 - the Ollama stand-in and an app over it
 from test_ui_history import open_past, past_chats, reload, saved
 
-from rag_papers.config import Settings
-from rag_papers.llm import register_backend
+from rag_papers.config import PRESETS, Settings
+from rag_papers.llm import BackendDefaults, register_backend
 from rag_papers.retrieve import Filters
 
 pytestmark = pytest.mark.filterwarnings(
@@ -513,7 +513,7 @@ def test_what_the_abstracts_do_not_address_is_said_above_the_answer_and_in_the_e
 GATED_REPLY = "ABBA reparameterizes the update as a Hadamard product of two learnable low-rank matrices [1]."
 
 
-class GatedBackend:
+class GatedBackend(BackendDefaults):
     """An LLM that writes one answer at a time, as llama.cpp does (its gate): a second answer waits, in the
     "waiting" phase, until the first is done. In-process, so the tests control its pace."""
 
@@ -579,3 +579,13 @@ def test_the_wait_behind_another_session_is_shown_apart_from_the_first_token(
         assert _seconds(waited.group(1)) >= 1.0 and _seconds(first.group(1)) < 1.0, meta
     finally:
         other.context.close()
+
+
+def test_search_api_without_top_k_returns_the_servers_top_k(engine: object, seeded: Settings) -> None:
+    """Issue 29: ``/search`` without ``top_k`` follows the server's setting (the quality preset's 6), not a 5
+    written in the API."""
+    from rag_papers.ui.chat_app import ChatApp
+
+    quality = seeded.model_copy(update={"top_k": PRESETS["quality"]["top_k"]})
+    out = ChatApp(quality, engine).api_search("low-rank adaptation of language models")  # type: ignore[arg-type]
+    assert len(out["results"]) == PRESETS["quality"]["top_k"] != Settings().top_k

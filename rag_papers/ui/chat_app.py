@@ -87,7 +87,7 @@ def backend_status(settings: Settings, name: str | None, model: str | None) -> t
     except RagPapersError as exc:
         return str(exc), "bad"
     if not backend.extractive:
-        if getattr(backend, "demo", False):  # working, but not to be trusted: amber, and said so
+        if backend.demo:  # working, but not to be trusted: amber, and said so
             return f"{why} (demo model: answers are unreliable)", "warn"
         return why, "ok"
     if (name or settings.llm) == "extractive":
@@ -419,8 +419,12 @@ class ChatApp:
         ex.answer = answer
         ex.text = answer.answer
         ex.refused = answer.refused
-        # A refusal made before any LLM has no sources: the panel shows the closest papers instead.
-        ex.items = list(answer.sources) if answer.sources else self._numbered(result, 3) if answer.refused else []
+        # A refusal made before any LLM has no sources: the panel shows the closest papers instead, as many as
+        # an answer would have read (context_papers, the number the provisional sources use too).
+        if answer.sources or not answer.refused:
+            ex.items = list(answer.sources)
+        else:
+            ex.items = self._numbered(result, self.settings.context_papers)
         ex.papers = result.papers
         first_cited = next((it.n for it in ex.items if it.cited), 1)
         state.view = (index, first_cited) if ex.items else (index, 0)

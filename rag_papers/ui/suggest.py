@@ -6,7 +6,7 @@
   (BM25 on the specific words of its title), the keyword index's nearest neighbours, found without
   touching the vector store. Papers are named by their method, else by their title in quotes.
 * "Which papers study <phrase>?" for a topic phrase of one paper that other papers' abstracts use too,
-  made of words specific enough to be evidence (in at most a quarter of the papers, ``useful_terms``), the
+  made of words specific enough to be evidence (in at most ``keyword_max_df`` of the papers, ``useful_terms``), the
   rarest of them in few papers (``specific_enough``): a topic of this corpus, not "neural networks".
 
 Cheap at any size and the same for the same index: it reads ``SAMPLE`` papers spread over the registry
@@ -45,7 +45,7 @@ def _label(paper: Paper) -> str:
 def _best_match(index: Index, paper: Paper) -> str | None:
     """The id of the other paper that best matches this one's title words (BM25), if any."""
     n_docs, stats = index.term_stats(paper.title.split(":", 1)[-1])
-    terms = useful_terms(stats, n_docs)
+    terms = useful_terms(stats, n_docs, index.settings.keyword_max_df)
     return next((pid for pid, _ in index.keyword_terms(terms, 3) if pid != paper.id), None) if terms else None
 
 
@@ -99,7 +99,7 @@ def specific_enough(index: Index, phrase: str) -> bool:
     if any(w in _GENERIC for w in phrase.lower().split()):
         return False
     n_docs, stats = index.term_stats(phrase)
-    if not stats or len(useful_terms(stats, n_docs)) != len(stats):
+    if not stats or len(useful_terms(stats, n_docs, index.settings.keyword_max_df)) != len(stats):
         return False
     return min(df for _, df in stats) <= max(3.0, SPECIFIC_SHARE * n_docs)
 
