@@ -349,7 +349,7 @@ def test_suggested_questions_in_the_chat(seeds_app: Served, browser: Any) -> Non
 SEED_SUGGESTIONS = [
     "What does BAM claim?",
     "How does SWAX compare with FlashLLA?",
-    "Which papers study neural networks?",
+    "Which papers study softmax attention?",  # SWAX and FlashLLA; not "neural networks" (issue 28 item 8)
 ]
 
 
