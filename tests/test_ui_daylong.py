@@ -321,6 +321,11 @@ def test_settings_survive_a_reload_with_the_chat(server: Served, screen: Any) ->
     assert page.locator("#rp-topk input[type='number']").input_value() == "3"
     assert page.locator("#rp-venue input").input_value() == "ICLR"
     assert page.locator("#rp-keyword textarea, #rp-keyword input").first.input_value() == "diffusion"
+    # The chips follow the restored values (each restored value redraws them): wait for both.
+    page.wait_for_function(
+        "() => { const t = [...document.querySelectorAll('#rp-chips .rp-chip')].map(c => c.innerText).join(' ');"
+        " return t.includes('diffusion') && t.includes('ICLR'); }"
+    )
     chips = " ".join(page.locator("#rp-chips .rp-chip").all_inner_texts())
     assert "diffusion" in chips and "ICLR" in chips, chips
     reply = ask(page, "What does ABBA claim?")  # the kept filters are the ones in force
