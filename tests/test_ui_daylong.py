@@ -82,6 +82,8 @@ def test_the_keyword_filter_matches_whole_words_in_the_browser(server: Served, s
     page.locator("#rp-keyword textarea, #rp-keyword input").first.fill("RNA")
     page.wait_for_selector("#rp-chips .rp-chip")
     reply = ask(page, ABBA_Q)
+    # The panel is a separate output from the chat: its sources can arrive just after the reply's footer.
+    page.wait_for_selector("#rp-panel .rp-src-title")
     titles = page.locator("#rp-panel .rp-src-title").all_inner_texts()
     assert titles and not any("ABBA" in t for t in titles), titles
     assert "ABBA:" not in reply.inner_text()

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -340,8 +341,15 @@ def test_suggested_questions_in_the_chat(seeds_app: Served, browser: Any) -> Non
     shown[1].click()
     page.wait_for_selector(f"{BOT} .rp-meta")
     assert page.locator(BOT).last.locator("a.rp-cite").count() >= 1
+    # The panel is a separate output from the chat: wait for its final sources, not the provisional ones.
+    both = "() => { const t = [...document.querySelectorAll('#rp-panel .rp-src-title')].map(e => e.innerText);"
+    both += " return t.some(x => x.includes('SWAX')) && t.some(x => x.includes('FlashLLA')); }"
+    try:
+        page.wait_for_function(both, timeout=30_000)
+    except PlaywrightTimeout:
+        pass  # the assertion below names what the panel held
     sources = page.locator("#rp-panel .rp-src-title").all_inner_texts()
-    assert any("SWAX" in t for t in sources) and any("FlashLLA" in t for t in sources)  # both papers compared
+    assert any("SWAX" in t for t in sources) and any("FlashLLA" in t for t in sources), sources  # both compared
     context.close()
 
 
