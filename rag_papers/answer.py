@@ -13,14 +13,18 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from rag_papers import RagPapersError
 from rag_papers.claims import CITE, Claim, check_claims
 from rag_papers.config import Settings
 from rag_papers.corpus import Paper, plain_text
 from rag_papers.coverage import DESCRIPTION, FACET_CUES, NAME, Analysis, Coverage, CoverageRules, analyse, decide
 from rag_papers.llm import Backend, Message, estimate_tokens
 from rag_papers.retrieve import Hit, SearchResult
+
+if TYPE_CHECKING:
+    from rag_papers.embedding import TextEmbedder
 
 
 @lru_cache(maxsize=32)
@@ -31,8 +35,6 @@ def _read_prompt(path: Path) -> str:
 def load_prompt(settings: Settings, name: str) -> str:
     path = settings.prompts_dir / f"{name}.txt"
     if not path.is_file():
-        from rag_papers import RagPapersError
-
         raise RagPapersError(f"prompt template {path} is missing (prompts_dir={settings.prompts_dir})")
     return _read_prompt(path)
 
@@ -317,7 +319,11 @@ class QuotePlan:
 
 
 def quote_candidates(
-    question: str, used: list[tuple[Hit, Paper]], embedder: Any, min_score: float = 0.0, keep: Sequence[int] = ()
+    question: str,
+    used: list[tuple[Hit, Paper]],
+    embedder: TextEmbedder,
+    min_score: float = 0.0,
+    keep: Sequence[int] = (),
 ) -> list[Candidate]:
     """Every quotable sentence of the sources (the first, ``keep`` and those scoring ``min_score`` or more: no
     other can be quoted, so their sentences are not embedded), with its cosine to the question and its prior."""
@@ -448,7 +454,7 @@ def extractive_text(plan: QuotePlan, used: list[tuple[Hit, Paper]], settings: Se
 
 
 def analyse_sources(
-    question: str, used: list[tuple[Hit, Paper]], embedder: Any, names_df: Callable[[str], int] | None
+    question: str, used: list[tuple[Hit, Paper]], embedder: TextEmbedder | None, names_df: Callable[[str], int] | None
 ) -> Analysis:
     """``coverage.analyse`` over the answer's sources."""
     return analyse(question, [(p.title, p.abstract) for _, p in used], embedder, names_df)
@@ -457,7 +463,7 @@ def analyse_sources(
 def prepare_quotes(
     question: str,
     used: list[tuple[Hit, Paper]],
-    embedder: Any,
+    embedder: TextEmbedder,
     names_df: Callable[[str], int] | None,
     min_score: float,
     above_floor: Sequence[str] | None = None,
@@ -474,7 +480,7 @@ def prepare_quotes(
 def extractive(
     question: str,
     used: list[tuple[Hit, Paper]],
-    embedder: Any,
+    embedder: TextEmbedder,
     settings: Settings,
     names_df: Callable[[str], int] | None = None,
     rules: QuoteRules | None = None,
@@ -599,7 +605,7 @@ class AnswerStream:
         result: SearchResult,
         backend: Backend,
         settings: Settings,
-        embedder: Any = None,
+        embedder: TextEmbedder | None = None,
         backend_note: str = "",
         names_df: Callable[[str], int] | None = None,
     ) -> None:
@@ -676,6 +682,8 @@ class AnswerStream:
         chunks: Iterator[str]
         if self.backend.extractive:  # no LLM: quote the papers the prompt would have held
             used = _sources(self.result, self.source_limit(), s.source_min_ratio)
+            if self.embedder is None:  # quoting ranks sentences by meaning: Engine always passes the index's model
+                raise RagPapersError("extractive answers need the index's embedding model")
             plan, chunks = extractive(
                 self.question, used, self.embedder, s, self.names_df, above_floor=self.result.above_floor
             )

@@ -19,10 +19,13 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from rag_papers.corpus import plain_text
 from rag_papers.keyword import keyword_tokens
+
+if TYPE_CHECKING:
+    from rag_papers.embedding import TextEmbedder
 
 # A citation, "[2]" or "[1, 3]": the one pattern, also the answer stage's streaming citation filter's.
 CITE = re.compile(r"\[(\s*\d+\s*(?:[,;]\s*\d+\s*)*)\]")
@@ -32,10 +35,6 @@ _CITES_AFTER_STOP = re.compile(r"([.!?])((?:\s*\[\s*\d+(?:\s*[,;]\s*\d+)*\s*\])+
 _LEAD = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+")  # a list line's bullet or number
 _TITLE_LEAD = re.compile(r"^\*\*[^*]{1,300}\*\*\s*[:\-–—]\s*")  # "**Title**: sentence" (an answer's list line)
 _MEANING_WEIGHT = 0.5  # support = this x cosine + the rest x word overlap
-
-
-class Embedder(Protocol):
-    def embed_documents(self, texts: list[str]) -> list[list[float]]: ...
 
 
 @dataclass
@@ -105,7 +104,7 @@ def _unit(vectors: list[list[float]]) -> Any:
     return v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-9)
 
 
-def embed_cached(texts: Sequence[str], embedder: Embedder, cache: dict[str, Any]) -> None:
+def embed_cached(texts: Sequence[str], embedder: TextEmbedder, cache: dict[str, Any]) -> None:
     """Put the unit vectors of ``texts`` not yet in ``cache`` there, in one batch."""
     todo = [t for t in dict.fromkeys(texts) if t not in cache]
     if todo:
@@ -119,7 +118,7 @@ def _overlap(claim: set[str], evidence: set[str]) -> float:
 def check_claims(
     answer: str,
     sources: Sequence[tuple[str, str]],
-    embedder: Embedder,
+    embedder: TextEmbedder,
     floor: float,
     skip: Sequence[str] = (),
     cache: dict[str, Any] | None = None,

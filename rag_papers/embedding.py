@@ -295,7 +295,16 @@ def resolve_model_path(name: str, cache_dir: Path | None = None) -> Path:
     return Path(getter())
 
 
-class Embedder(Protocol):
+class TextEmbedder(Protocol):
+    """What the answer stage needs of an embedding model (the claim check, question coverage, quote ranking):
+    sentence and query vectors. The one protocol for it, so a test's small fake model satisfies it too."""
+
+    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+    def embed_query(self, text: str) -> list[float]: ...
+
+
+class Embedder(TextEmbedder, Protocol):
     """What the index and retrieval need of an embedding model, whichever runtime runs it.
 
     A protocol, not a base class: the torch and ONNX implementations share no code or state,
