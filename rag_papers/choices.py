@@ -43,3 +43,6 @@ PRESETS: dict[str, dict[str, Any]] = {
     "dense": {"retrieval": "dense"},
     "bm25": {"retrieval": "bm25"},
 }
+
+# The LLM backend name that is the registry's policy rather than a backend (llm.get_backend).
+AUTO = "auto"

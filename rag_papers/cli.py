@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from rag_papers import RagPapersError, __version__
-from rag_papers.choices import DEFAULT_CONFIGS, EMBED_BACKENDS, PRESETS, RETRIEVAL_MODES
+from rag_papers.choices import AUTO, DEFAULT_CONFIGS, EMBED_BACKENDS, PRESETS, RETRIEVAL_MODES
 
 if TYPE_CHECKING:
     from rag_papers.config import Settings
@@ -521,7 +521,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
         answer = stream.run()
         print(json.dumps(answer.to_dict()))
         return 0
-    if backend.extractive and (args.llm in (None, "auto")) and settings.llm == "auto" and _first_time(settings, note):
+    if backend.extractive and (args.llm in (None, AUTO)) and settings.llm == AUTO and _first_time(settings, note):
         print(_safe(f"({note})"), file=sys.stderr)
     for chunk in stream:
         sys.stdout.write(_safe(chunk))  # a split escape sequence loses its ESC here: harmless text is left
@@ -630,7 +630,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
     settings = settings_from(args)
     index = _opened(Index(settings))
-    backend, note = get_backend(settings, "auto")
+    backend, note = get_backend(settings, AUTO)
     try:
         index.check_vectors()
         vectors = "in step with the registry"

@@ -16,10 +16,12 @@ import math
 import queue
 import threading
 from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from rag_papers import RagPapersError
+from rag_papers.choices import AUTO
 from rag_papers.config import MAX_ANSWER_TOKENS, Settings
 
 log = logging.getLogger(__name__)
@@ -136,17 +138,69 @@ def _with_defaults(backend: Any) -> Backend:
     return _Plugin(backend)
 
 
-BackendFactory = Callable[[Settings, str | None], Backend]
-_REGISTRY: dict[str, BackendFactory] = {}
+# A factory may return a plugin written before ``demo``, ``phase`` and ``cancel``: ``_with_defaults`` adds them.
+BackendFactory = Callable[[Settings, str | None], Any]
+ModelLister = Callable[[Settings, bool], dict[str, str]]
 
 
-def register_backend(name: str, factory: BackendFactory) -> None:
-    """Add a backend: ``factory(settings, model_or_None) -> Backend``."""
-    _REGISTRY[name] = factory
+def _no_models(settings: Settings, listed: bool) -> dict[str, str]:
+    return {}
+
+
+def _same_settings(settings: Settings, model: str) -> Settings:
+    return settings
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """What the registry knows of a backend before building one (after simonw/llm's ``register_models``): the CLI,
+    the UI and the API ask it, and name no backend themselves.
+
+    ``models(settings, listed)``: the models clients may pick, shown name -> what the factory is given, the
+    default first (``listed``: also ask a server what it has). ``with_default``: settings whose default model is
+    an operator's ``--model``. ``auto``: tried, in registration order, by the ``auto`` policy; ``fallback``: what
+    ``auto`` gives when none of those is available. ``builtin``: shipped here (a plugin's ``--model`` is allowed
+    beside its default, since the registry cannot list a plugin's models).
+    """
+
+    name: str
+    factory: BackendFactory
+    models: ModelLister = _no_models
+    with_default: Callable[[Settings, str], Settings] = _same_settings
+    auto: bool = False
+    fallback: bool = False
+    builtin: bool = False
+
+
+_REGISTRY: dict[str, BackendSpec] = {}
+
+
+def register_backend(name: str, factory: BackendFactory, **spec: Any) -> None:
+    """Add a backend: ``factory(settings, model_or_None) -> Backend``, and what ``BackendSpec`` says of it."""
+    _REGISTRY[name] = BackendSpec(name, factory, **spec)
 
 
 def backend_names() -> list[str]:
-    return ["auto", *_REGISTRY]
+    """``auto`` (the registry's policy, ``get_backend``) and every registered backend."""
+    return [AUTO, *_REGISTRY]
+
+
+def backend_spec(name: str) -> BackendSpec:
+    """The registered backend ``name``; for ``auto``, the first backend its policy tries (whose models it offers)."""
+    if name == AUTO:
+        first = next((b for b in _REGISTRY.values() if b.auto), None)
+        if first is not None:
+            return first
+        name = next((b.name for b in _REGISTRY.values() if b.fallback), name)
+    spec = _REGISTRY.get(name)
+    if spec is None:
+        raise RagPapersError(f"unknown LLM backend {name!r}; choose from {', '.join(backend_names())}")
+    return spec
+
+
+def with_default_model(settings: Settings, name: str, model: str) -> Settings:
+    """``settings`` with an operator's ``--model`` as backend ``name``'s default (a name, or a path on their machine)."""
+    return backend_spec(name).with_default(settings, model) if model else settings
 
 
 def estimate_tokens(text: str) -> int:
@@ -459,28 +513,34 @@ class LlamaCppBackend(BackendDefaults):
             out.put(_DONE)
 
 
-register_backend("ollama", OllamaBackend)
-register_backend("llamacpp", LlamaCppBackend)
-register_backend("extractive", ExtractiveBackend)
-
-
 def get_backend(settings: Settings, name: str | None = None, model: str | None = None) -> tuple[Backend, str]:
-    """Resolve a backend name (``auto``: Ollama if it serves the model, else extractive). Returns (backend, why this one)."""
+    """Resolve a backend name. ``auto`` is the registry's policy: the first ``auto`` backend that is available
+    (Ollama serving the model), else the ``fallback`` one (extractive). Returns (backend, why this one)."""
     name = name or settings.llm
-    if name == "auto":
-        ollama = OllamaBackend(settings, model)
-        ok, why = ollama.available()
-        if ok:
-            return ollama, why
-        return ExtractiveBackend(settings), f"{why}; using extractive answers"
-    factory = _REGISTRY.get(name)
-    if factory is None:
-        raise RagPapersError(f"unknown LLM backend {name!r}; choose from {', '.join(backend_names())}")
-    backend = _with_defaults(factory(settings, model))
+    if name == AUTO:
+        whys = []
+        for spec in [b for b in _REGISTRY.values() if b.auto]:
+            backend = _with_defaults(spec.factory(settings, model))
+            ok, why = backend.available()
+            if ok:
+                return backend, why
+            whys.append(why)
+        fallback = next((b for b in _REGISTRY.values() if b.fallback), None)
+        if fallback is None:
+            raise LLMError("; ".join(whys) or "no LLM backend is registered")
+        backend = _with_defaults(fallback.factory(settings, None))
+        return backend, "; ".join([*whys, f"using {_fallback_note(backend)}"])
+    spec = backend_spec(name)
+    backend = _with_defaults(spec.factory(settings, model))
     ok, why = backend.available()
     if not ok:
         raise LLMError(why)
     return backend, why
+
+
+def _fallback_note(backend: Backend) -> str:
+    """How ``auto``'s reason names its fallback ("extractive answers")."""
+    return "extractive answers" if backend.extractive else backend.name
 
 
 def _short(exc: BaseException) -> str:
@@ -511,13 +571,15 @@ def allowed_models(settings: Settings, name: str, *, listed: bool = True) -> dic
     ``llamacpp_model`` (or the packaged SmolLM2) and ``llamacpp_models``, shown by file name. Other
     backends: none, only their own default.
     """
-    if name not in backend_names():
-        raise RagPapersError(f"unknown LLM backend {name!r}; choose from {', '.join(backend_names())}")
-    if name in ("auto", "ollama"):
-        names = [settings.ollama_model, *settings.ollama_models, *(ollama_listed(settings) if listed else [])]
-        return {n: n for n in dict.fromkeys(names) if n}
-    if name != "llamacpp":
-        return {}
+    return backend_spec(name).models(settings, listed)
+
+
+def _ollama_models(settings: Settings, listed: bool) -> dict[str, str]:
+    names = [settings.ollama_model, *settings.ollama_models, *(ollama_listed(settings) if listed else [])]
+    return {n: n for n in dict.fromkeys(names) if n}
+
+
+def _llamacpp_models(settings: Settings, listed: bool) -> dict[str, str]:
     out: dict[str, str] = {}
     for p in [settings.llamacpp_model or smollm2_path(), *settings.llamacpp_models]:
         if p is None or str(p) in out.values():
@@ -540,7 +602,26 @@ def resolve_model(settings: Settings, name: str, model: str | None, extra: dict[
         return next(iter(allowed.values()), None)
     if choice in allowed:
         return allowed[choice]
-    if name in ("auto", "ollama") and choice in ollama_listed(settings):
-        return choice
+    served = allowed_models(settings, name, listed=True)  # what a server lists, asked only for an unknown name
+    if choice in served:
+        return served[choice]
     names = ", ".join(allowed) or "none"
     raise RagPapersError(f"not an allowed model for {name} (allowed: {names}; empty for the default)")
+
+
+register_backend(
+    "ollama",
+    OllamaBackend,
+    models=_ollama_models,
+    with_default=lambda s, m: s.model_copy(update={"ollama_model": m}),
+    auto=True,
+    builtin=True,
+)
+register_backend(
+    "llamacpp",
+    LlamaCppBackend,
+    models=_llamacpp_models,
+    with_default=lambda s, m: s.model_copy(update={"llamacpp_model": Path(m)}),
+    builtin=True,
+)
+register_backend("extractive", ExtractiveBackend, fallback=True, builtin=True)

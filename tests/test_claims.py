@@ -83,7 +83,7 @@ def test_an_llm_claim_its_source_does_not_hold_is_marked_in_json_and_in_the_term
 
     from rag_papers import llm
 
-    monkeypatch.setitem(llm._REGISTRY, "fake", lambda settings, model: FakeBackend(reply))
+    monkeypatch.setitem(llm._REGISTRY, "fake", llm.BackendSpec("fake", lambda settings, model: FakeBackend(reply)))
     ans = engine.ask(ABBA, FakeBackend(reply)).run()
     assert [c.supported for c in ans.claims] == [True, False, False]
     assert ans.unsupported[0].evidence is not None and ans.unsupported[1].citations == []

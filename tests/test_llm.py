@@ -6,6 +6,8 @@ import json
 import re
 import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import SEEDS, FakeBackend, free_port, run_main
@@ -102,7 +104,7 @@ def test_the_registry_hands_out_backends_that_say_demo_phase_and_cancel(
         def stream(self, messages: list[Message], max_tokens: int) -> Iterator[str]:
             yield "Plain [1]."
 
-    monkeypatch.setitem(llm._REGISTRY, "plain", lambda s, m: Plain())
+    monkeypatch.setitem(llm._REGISTRY, "plain", llm.BackendSpec("plain", lambda s, m: Plain()))
     plain, why = get_backend(settings, "plain")
     assert why == "plain plugin" and (plain.name, plain.model, plain.context_window) == ("plain", "plain-1", 2048)
     plain.cancel()  # nothing to stop, and no error
@@ -256,3 +258,48 @@ def test_llamacpp_smollm2_end_to_end(engine: Engine) -> None:
     assert set(answer.citations) <= set(ids)
     for n in re.findall(r"\[(\d+)\]", answer.answer):
         assert 1 <= int(n) <= len(ids)
+
+
+def test_the_registry_owns_auto_each_backends_models_and_its_default(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Backend knowledge lives in the registry (issue 29): ``auto`` tries the backends declared ``auto`` in order and
+    falls back to the ``fallback`` one; each backend lists its own models and applies an operator's --model."""
+    from rag_papers import llm
+
+    class Stub(llm.BackendDefaults):
+        extractive = False
+        context_window = 2048
+
+        def __init__(self, name: str, up: bool, model: str | None) -> None:
+            self.name, self.up, self.model = name, up, model
+
+        def available(self) -> tuple[bool, str]:
+            return self.up, f"{self.name} {'up' if self.up else 'down'}"
+
+        def stream(self, messages: list[Message], max_tokens: int) -> Iterator[str]:
+            yield "x"
+
+    def spec(name: str, up: bool, **kw: Any) -> llm.BackendSpec:
+        return llm.BackendSpec(name, lambda s, m: Stub(name, up, m), **kw)
+
+    registry = {
+        "first": spec("first", False, auto=True),
+        "second": spec("second", True, auto=True, models=lambda s, listed: {"big": "big-v2", "small": "small-v1"}),
+        "quotes": llm.BackendSpec("quotes", lambda s, m: llm.ExtractiveBackend(s), fallback=True),
+    }
+    monkeypatch.setattr(llm, "_REGISTRY", registry)
+    assert llm.backend_names() == ["auto", "first", "second", "quotes"]
+    chosen, why = get_backend(settings, "auto", "big-v2")
+    assert (chosen.name, chosen.model, why) == ("second", "big-v2", "second up")
+    assert llm.allowed_models(settings, "second") == {"big": "big-v2", "small": "small-v1"}
+    assert llm.resolve_model(settings, "second", "small") == "small-v1"
+    assert llm.allowed_models(settings, "auto") == {}  # auto offers its first backend's models ("first": none)
+    registry["second"] = spec("second", False, auto=True)
+    fallback, why = get_backend(settings, "auto")
+    assert fallback.extractive and why == "first down; second down; using extractive answers"
+    # The built-ins declare themselves: Ollama is auto's, extractive the fallback, an operator's --model applied.
+    monkeypatch.undo()
+    assert llm.backend_spec("auto").name == "ollama" and llm.backend_spec("extractive").fallback
+    assert llm.with_default_model(settings, "ollama", "qwen3:8b").ollama_model == "qwen3:8b"
+    assert llm.with_default_model(settings, "llamacpp", "/m/x.gguf").llamacpp_model == Path("/m/x.gguf")

@@ -27,8 +27,18 @@ import gradio as gr
 from rag_papers import RagPapersError
 from rag_papers.answer import Answer
 from rag_papers.chat import ChatSession, Engine
+from rag_papers.choices import AUTO
 from rag_papers.config import Settings
-from rag_papers.llm import ExtractiveBackend, LLMError, allowed_models, backend_names, get_backend, resolve_model
+from rag_papers.llm import (
+    ExtractiveBackend,
+    LLMError,
+    allowed_models,
+    backend_names,
+    backend_spec,
+    get_backend,
+    resolve_model,
+    with_default_model,
+)
 from rag_papers.retrieve import Filters, Hit, SearchRequest, SearchResult
 from rag_papers.ui import files, history
 from rag_papers.ui.export import export_markdown
@@ -90,7 +100,7 @@ def backend_status(settings: Settings, name: str | None, model: str | None) -> t
         if backend.demo:  # working, but not to be trusted: amber, and said so
             return f"{why} (demo model: answers are unreliable)", "warn"
         return why, "ok"
-    if (name or settings.llm) == "extractive":
+    if (name or settings.llm) != AUTO:  # chosen, not what auto fell back to
         return "Extractive answers: quotes from the abstracts, no LLM", "ok"
     # No LLM to be had: what the user gets, and how to get more, in one calm line (issue 28: not an error).
     advice = why.split(";", 1)[0].rsplit(": ", 1)[-1] if ": " in why else ""
@@ -117,11 +127,7 @@ class ChatApp:
         self.llm = llm or settings.llm
         self.model = (model or "").strip()
         # The operator's --model (a name, or a GGUF path on their machine) is the backend's default.
-        if self.model and self.llm in ("auto", "ollama"):
-            settings = settings.model_copy(update={"ollama_model": self.model})
-        elif self.model and self.llm == "llamacpp":
-            settings = settings.model_copy(update={"llamacpp_model": Path(self.model)})
-        self.settings = settings
+        self.settings = with_default_model(settings, self.llm, self.model) if self.llm in backend_names() else settings
         self.engine = engine
         years = [y for y in engine.index.field_values("year") if y is not None]
         venues = [v for v in engine.index.field_values("venue") if v]
@@ -143,7 +149,7 @@ class ChatApp:
 
     def _extra_models(self, name: str) -> dict[str, str]:
         """A plugin backend's --model from the command line, allowed beside its default."""
-        plugin = name == self.llm and name not in ("auto", "ollama", "llamacpp", "extractive")
+        plugin = name == self.llm and name in backend_names() and not backend_spec(name).builtin
         return {self.model: self.model} if plugin and self.model else {}
 
     def resolve(self, backend_name: str | None, model: str | None) -> tuple[str, str | None]:
@@ -437,7 +443,7 @@ class ChatApp:
             queued_ms = ex.queued * 1000 + model_wait_ms
             generation = max(0.0, t.get("generation_ms", 0.0) - model_wait_ms) if "generation_ms" in t else None
             ex.footer = f"{who} · retrieval {_ms(t.get('retrieval_ms'))} · generation {_ms(generation)}"
-            if answer.backend != "extractive" and "first_token_ms" in t:
+            if "first_token_ms" in t:  # a backend that generates (an extractive answer has no first token)
                 ex.footer += f" (first token {_ms(max(0.0, t['first_token_ms'] - model_wait_ms))})"
             if queued_ms >= QUEUE_SHOWN_MS:
                 ex.footer += f" · waited {_ms(queued_ms)} behind other answers"
@@ -791,7 +797,7 @@ class ChatApp:
                             busy = gr.HTML("", visible=False, elem_id="rp-busy-note", padding=False)
                             # Which LLM answers, beside the question (where chat UIs put it), not only in the settings.
                             with gr.Row(elem_id="rp-llm-row"):
-                                first = self.llm if self.llm in backend_names() else "auto"
+                                first = self.llm if self.llm in backend_names() else AUTO
                                 backend = gr.Dropdown(
                                     backend_names(),
                                     value=first,
