@@ -392,10 +392,6 @@ def _check_reranker(settings: Settings) -> None:
         load_reranker(settings)
 
 
-def _s(n: int) -> str:
-    return "" if n == 1 else "s"
-
-
 def cmd_ingest(args: argparse.Namespace) -> int:
     from rag_papers.index import Index
 
@@ -422,13 +418,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         )
     if len(report.renamed) > 10:
         print(f"rag-papers: ... and {len(report.renamed) - 10} more ids renamed (see --json)", file=sys.stderr)
-    print(
-        f"{report.records} abstracts read from {report.files} file(s): {report.added} added, "
-        f"{report.unchanged} unchanged, {report.duplicates} duplicates, {report.removed} removed"
-        f"{f', {report.skipped} record{_s(report.skipped)} skipped: no abstract' if report.skipped else ''}"
-        f"{f', {len(report.renamed)} renamed' if report.renamed else ''}; "
-        f"{report.total} papers indexed ({report.chunks} new chunks) in {report.seconds:.1f} s"
-    )
+    print(report.summary())
     return 0
 
 
@@ -596,13 +586,14 @@ def cmd_papers(args: argparse.Namespace) -> int:
 
 def cmd_remove(args: argparse.Namespace) -> int:
     from rag_papers.index import Index
+    from rag_papers.ingest import removal_line
 
     index = _opened(Index(settings_from(args)))
     missing = [i for i in args.ids if i not in index.get(args.ids)]
     if missing:
         raise RagPapersError(f"no paper with id {', '.join(missing)}; nothing removed")
     n = index.remove(args.ids)
-    print(f"removed {n} paper(s); {index.count()} left")  # numbers only
+    print(removal_line(n, index.count()))  # numbers only
     return 0
 
 

@@ -212,6 +212,12 @@ class Settings(BaseSettings):
     auth_file: Path | None = Field(
         default=None, description="File holding user:password for the UI (keeps the password out of `ps`)."
     )
+    upload_max_mb: float = Field(
+        default=50.0,
+        gt=0,
+        description="Largest file the UI's \"Add papers\" takes, in MB (also gradio's upload limit); "
+        "bigger exports go in with `rag-papers ingest FILE`.",
+    )
     ollama_models: list[str] = Field(
         default_factory=list,
         description="Ollama models UI and /ask clients may pick besides ollama_model (and those the server lists).",

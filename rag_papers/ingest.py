@@ -104,6 +104,25 @@ class IngestReport:
         d["renamed"] = [{"id": a, "indexed_as": b} for a, b in self.renamed]
         return d
 
+    def summary(self) -> str:
+        """The one line ``rag-papers ingest`` prints, and the UI's "Add papers" shows: one wording for both."""
+        skipped = f", {self.skipped} record{_s(self.skipped)} skipped: no abstract" if self.skipped else ""
+        renamed = f", {len(self.renamed)} renamed" if self.renamed else ""
+        return (
+            f"{self.records} abstracts read from {self.files} file(s): {self.added} added, "
+            f"{self.unchanged} unchanged, {self.duplicates} duplicates, {self.removed} removed{skipped}{renamed}; "
+            f"{self.total} papers indexed ({self.chunks} new chunks) in {self.seconds:.1f} s"
+        )
+
+
+def removal_line(removed: int, left: int) -> str:
+    """The line ``rag-papers remove`` prints, and the UI's "Remove" shows."""
+    return f"removed {removed} paper(s); {left} left"
+
+
+def _s(n: int) -> str:
+    return "" if n == 1 else "s"
+
 
 @dataclass
 class RepairReport:

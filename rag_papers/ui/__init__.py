@@ -8,6 +8,7 @@ Where things are:
 * ``chat_app.py``: the Blocks layout and its event handlers (``ChatApp``); the page's CSS and
   the panel's JavaScript are the files of ``static/``.
 * ``papers.py``: the Papers tab (the corpus a page at a time, searched with the keyword index);
+  ``library.py``: its "Add papers" (upload and ingest) and "Remove" (the CLI's code paths);
   ``refs.py``: a paper's "derived title" label, first sentence, link and copyable reference;
   ``suggest.py``: the chat's suggested questions.
 * ``launch.py``: the login, the refusal to expose the app without one, serving, the log file.

@@ -29,6 +29,7 @@ from rag_papers.answer import Answer
 from rag_papers.chat import ChatSession, Engine
 from rag_papers.choices import AUTO
 from rag_papers.config import Settings
+from rag_papers.corpus import SUPPORTED_SUFFIXES
 from rag_papers.llm import (
     ExtractiveBackend,
     LLMError,
@@ -42,6 +43,7 @@ from rag_papers.llm import (
 from rag_papers.retrieve import Filters, Hit, SearchRequest, SearchResult
 from rag_papers.ui import files, history
 from rag_papers.ui.export import export_markdown
+from rag_papers.ui.library import READ_ONLY, Library, notice_html, upload_hint, writes_allowed
 from rag_papers.ui.papers import SORTS, PapersTab
 from rag_papers.ui.render import (
     brand_html,
@@ -939,6 +941,36 @@ class ChatApp:
                             scale=1,
                             min_width=180,
                         )
+                    # Adding and removing papers (library.py): only where the browser may write the index.
+                    writable = writes_allowed(s)
+                    with gr.Accordion("Add papers", open=False, elem_id="rp-add", visible=writable):
+                        upload = gr.File(
+                            label="Files to add: exports (BibTeX, RIS, CSL-JSON, arXiv, OpenAlex, …) or your own",
+                            file_count="multiple",
+                            file_types=list(SUPPORTED_SUFFIXES),
+                            type="filepath",
+                            elem_id="rp-upload",
+                            height=120,
+                        )
+                        gr.Markdown(upload_hint(s), elem_id="rp-upload-hint")
+                    with gr.Row(elem_id="rp-remove-bar", visible=writable):
+                        remove = gr.Button(
+                            "Remove selected",
+                            variant="secondary",
+                            size="sm",
+                            interactive=False,
+                            elem_id="rp-remove",
+                            scale=0,
+                            min_width=160,
+                        )
+                    with gr.Column(visible=False, variant="panel", elem_id="rp-remove-confirm") as confirm_box:
+                        confirm_text = gr.HTML("", padding=False, elem_id="rp-confirm-text")
+                        with gr.Row():
+                            confirm = gr.Button("Yes, remove them", variant="stop", size="sm", elem_id="rp-confirm")
+                            cancel = gr.Button("Cancel", size="sm", elem_id="rp-cancel")
+                    papers_notice = gr.HTML(
+                        "" if writable else notice_html(READ_ONLY, "bad"), padding=False, elem_id="rp-papers-notice"
+                    )
                     papers_list = gr.HTML(
                         "",
                         elem_id="rp-papers",
@@ -946,6 +978,7 @@ class ChatApp:
                         padding=False,
                     )
                     papers_view = gr.State(None)
+                    papers_picked = gr.State(None)  # the ids selected for removal (papers.picks)
 
             # Hidden components backing the /ask API endpoint: backend and model are checked by
             # ``resolve`` (an error as data), not by a Dropdown's choices (an exception).
@@ -1105,23 +1138,60 @@ class ChatApp:
             demo.fns[searched["id"]].validator = self.check_search
 
             # The Papers tab: each page is one registry query, a search one keyword-index query (papers.py).
-            papers_tab = PapersTab(self.engine.index)
+            papers_tab = PapersTab(self.engine.index, removable=writable)
             papers_args: dict[str, Any] = {
                 "concurrency_id": "papers",
                 "concurrency_limit": 8,
                 "api_visibility": "private",
                 "show_progress": "hidden",
             }
-            demo.load(papers_tab.search, [papers_q, papers_sort], [papers_list, papers_view], **papers_args)
+            demo.load(
+                papers_tab.search, [papers_q, papers_sort, papers_picked], [papers_list, papers_view], **papers_args
+            )
             gr.on(
                 [papers_q.submit, papers_q.change, papers_sort.change],
                 papers_tab.search,
-                [papers_q, papers_sort],
+                [papers_q, papers_sort, papers_picked],
                 [papers_list, papers_view],
                 trigger_mode="always_last",
                 **papers_args,
             )
-            papers_list.goto(papers_tab.go, [papers_view], [papers_list, papers_view], **papers_args)
+            papers_list.goto(papers_tab.go, [papers_view, papers_picked], [papers_list, papers_view], **papers_args)
+
+            # Add papers and Remove (library.py): one writer at a time in this app (its lock says so at once),
+            # so the group allows two, and the second is refused in a line rather than queued behind the first.
+            library = Library(s, self.engine.index, papers_tab, self.index_info, writable)
+            write_args: dict[str, Any] = {
+                "concurrency_id": "write",
+                "concurrency_limit": 2,
+                "api_visibility": "private",
+            }
+            upload.upload(
+                library.add,
+                [upload, papers_view, papers_picked],
+                [papers_notice, papers_list, papers_view, brand, index_line, upload],
+                show_progress="full",
+                **write_args,
+            )
+            # Ticks are taken one at a time (each is a change to the session's selection, applied in order).
+            papers_list.pick(
+                library.pick,
+                [papers_picked],
+                [papers_picked, remove],
+                concurrency_id="pick",
+                concurrency_limit=1,
+                api_visibility="private",
+                show_progress="hidden",
+            )
+            remove.click(library.ask_remove, [papers_picked], [confirm_text, confirm_box, papers_notice], **quiet)
+            cancel.click(library.cancel, None, [confirm_text, confirm_box], **quiet)
+            confirm.click(
+                library.remove,
+                [papers_view, papers_picked],
+                [papers_notice, papers_list, papers_view, papers_picked, remove, confirm_box, brand, index_line],
+                show_progress="minimal",
+                **write_args,
+            )
             papers_list.ask(papers_tab.ask, None, [tabs, msg], queue=False, api_visibility="private").then(
                 None, js="() => { const t = document.querySelector('#rp-input textarea'); if (t) t.focus(); }"
             )

@@ -30,6 +30,7 @@ from rag_papers.config import Settings
 from rag_papers.llm import backend_names
 from rag_papers.ui.chat_app import backend_status, build_app
 from rag_papers.ui.files import remove_server_folder
+from rag_papers.ui.library import MB
 from rag_papers.ui.render import static_text
 
 
@@ -226,6 +227,8 @@ def serve(
             ssr_mode=False,
             theme=_theme(),
             css=static_text("app.css"),
+            # "Add papers" (library.py): gradio's upload route refuses bigger files before they are stored.
+            max_file_size=int(settings.upload_max_mb * MB),
             # FastAPI's own schema at /openapi.json would list every route without a login (gradio's
             # /gradio_api/openapi.json asks for one); the guard and the private folder: see above.
             app_kwargs={

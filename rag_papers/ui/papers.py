@@ -11,11 +11,15 @@ Built for indexes of millions of papers: nothing here reads every paper.
   exactly a paper's id finds that paper (a primary-key lookup).
 * "Ask about this paper" goes back to the Chat tab with a question about it in the input box, built here
   from the registry's title for the paper's id (the page sends an id, never text to put in the box).
+* Where the server takes removals (``library.py``), each row has a box that selects it; the selection (ids)
+  is a session's own ``gr.State``, apart from the view, so it lasts across pages and searches (a box comes
+  back ticked) and a page drawn meanwhile never undoes a tick.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,9 +99,11 @@ def browse(index: Index, query: str = "", sort: str = "relevance", page: int = 1
     return PapersPage(query, sort, kind, page, pages, total, total, listed)
 
 
-def papers_html(pg: PapersPage) -> str:
-    """The page as the Papers tab's HTML (templates/papers.html)."""
-    return _macro("papers.html", "listing", pg, {p.id: paper_info(p) for p in pg.papers})
+def papers_html(pg: PapersPage, picked: Collection[str] | None = None) -> str:
+    """The page as the Papers tab's HTML (templates/papers.html); ``picked``: the ids selected for removal,
+    or None for a list without the boxes (a server that takes no removals)."""
+    chosen = None if picked is None else frozenset(picked)
+    return _macro("papers.html", "listing", pg, {p.id: paper_info(p) for p in pg.papers}, chosen)
 
 
 def ask_question(paper: Paper) -> str:
@@ -108,19 +114,30 @@ def ask_question(paper: Paper) -> str:
 class PapersTab:
     """The tab's handlers; one per built app, shared by every session (each session's view is a gr.State)."""
 
-    def __init__(self, index: Index) -> None:
+    def __init__(self, index: Index, removable: bool = False) -> None:
         self.index = index
+        self.removable = removable  # rows get a box to select them for "Remove" (library.py)
 
-    def show(self, query: str, sort: str, page: int = 1) -> tuple[str, dict[str, Any]]:
-        """(the list's HTML, the view to keep: query, sort and page as shown)."""
+    def show(self, query: str, sort: str, page: int = 1, picked: Any = None) -> tuple[str, dict[str, Any]]:
+        """(the list's HTML, the view to keep: query, sort and page as shown); ``picked``: the selection."""
         pg = browse(self.index, query, sort, page)
-        return papers_html(pg), {"query": pg.query, "sort": sort, "page": pg.page}
+        html = papers_html(pg, picks(picked) if self.removable else None)
+        return html, {"query": pg.query, "sort": sort, "page": pg.page}
 
-    def search(self, query: str, sort: str) -> tuple[str, dict[str, Any]]:
-        """The search box or the sort changed: the first page."""
-        return self.show(query, sort, 1)
+    def redraw(self, view: dict[str, Any] | None, picked: Any = None) -> tuple[str, dict[str, Any]]:
+        """The page on show again, after papers came or went (it may now be past the last page)."""
+        view = view or {}
+        try:
+            page = int(view.get("page", 1))
+        except (TypeError, ValueError):
+            page = 1
+        return self.show(str(view.get("query", "")), str(view.get("sort", "relevance")), page, picked)
 
-    def go(self, view: dict[str, Any] | None, evt: gr.EventData) -> tuple[str, dict[str, Any]]:
+    def search(self, query: str, sort: str, picked: Any = None) -> tuple[str, dict[str, Any]]:
+        """The search box or the sort changed: the first page (the selection stays)."""
+        return self.show(query, sort, 1, picked)
+
+    def go(self, view: dict[str, Any] | None, picked: Any, evt: gr.EventData) -> tuple[str, dict[str, Any]]:
         """A page button: that page of the list on show (the query applied, not one half typed)."""
         view = view or {}
         data = evt._data if isinstance(evt._data, dict) else {}
@@ -128,7 +145,7 @@ class PapersTab:
             page = int(data.get("page", 1))
         except (TypeError, ValueError):
             page = 1
-        return self.show(str(view.get("query", "")), str(view.get("sort", "relevance")), page)
+        return self.show(str(view.get("query", "")), str(view.get("sort", "relevance")), page, picked)
 
     def ask(self, evt: gr.EventData) -> tuple[Any, Any]:
         """ "Ask about this paper": the Chat tab, with a question about the paper in the input box."""
@@ -139,3 +156,8 @@ class PapersTab:
             gr.Warning("That paper is no longer in the index.")
             return gr.skip(), gr.skip()
         return gr.Tabs(selected="chat"), gr.update(value=ask_question(paper))
+
+
+def picks(picked: Any) -> list[str]:
+    """The ids a session has selected for removal (its ``gr.State``: a list of ids, or None before any)."""
+    return [str(i) for i in picked] if isinstance(picked, list) else []
