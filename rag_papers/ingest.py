@@ -179,13 +179,16 @@ def node_meta(paper: Paper, chunk: int) -> dict[str, Any]:
     return meta
 
 
-def progress_bar(total: int, desc: str, enabled: bool) -> Any:
-    """tqdm on stderr with rate and ETA; silent when not wanted or not a terminal in tests."""
+def progress_bar(total: int | None, desc: str, enabled: bool, unit: str = "abstract", initial: int = 0) -> Any:
+    """tqdm on stderr with rate and ETA; silent when not wanted or not a terminal in tests. One style for
+    every long step (ingest, repair, fetch); ``initial`` is what a resumed step had done already."""
     if not enabled:
         return None
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit="abstract", file=sys.stderr, dynamic_ncols=True, mininterval=0.5)
+    return tqdm(
+        total=total, desc=desc, unit=unit, initial=initial, file=sys.stderr, dynamic_ncols=True, mininterval=0.5
+    )
 
 
 class Ingester:
