@@ -281,6 +281,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help=JSON_HELP)
     _common(p)
 
+    p = sub.add_parser(
+        "fetch",
+        help="download abstracts from arXiv, OpenReview or OpenAlex, then ingest them (the one command that uses "
+        "the network)",
+        description="Download abstracts into a file (JSON lines, a format `ingest` reads) under HOME/fetched or "
+        "--out, then ingest it as `rag-papers ingest FILE` would. Polite (a User-Agent, the API's rate, retries "
+        "with backoff) and resumable: run the same command again after an interruption to go on from the last "
+        "complete page.",
+    )
+    fetch_sub = p.add_subparsers(dest="source", metavar="SOURCE", required=True)
+    f = fetch_sub.add_parser("arxiv", help="papers matching an arXiv API query, e.g. 'all:retrieval AND cat:cs.CL'")
+    f.add_argument("target", metavar="QUERY", help="an arXiv search_query (fields such as ti:, au:, abs:, cat:)")
+    f.add_argument("--max", type=int, default=100, help="papers to fetch at most (default: %(default)s)")
+    _fetch_options(f, "arxiv_url", "100, the most is 2000")
+    f = fetch_sub.add_parser(
+        "openreview", help="a whole OpenReview venue (API v2), e.g. ICLR.cc/2026/Conference: its accepted papers"
+    )
+    f.add_argument("target", metavar="VENUE_ID", help="the venue id, as in the venue's OpenReview page")
+    f.add_argument("--max", type=int, help="notes to fetch at most (default: all)")
+    f.add_argument(
+        "--submissions",
+        action="store_true",
+        help="every submission (invitation VENUE_ID/-/Submission), not only the papers whose venueid is VENUE_ID",
+    )
+    _fetch_options(f, "openreview_url", "1000, the API's most")
+    f = fetch_sub.add_parser("openalex", help="works matching an OpenAlex full-text search")
+    f.add_argument("target", metavar="QUERY", help="words to search titles, abstracts and full texts for")
+    f.add_argument("--max", type=int, default=100, help="works to fetch at most (default: %(default)s)")
+    f.add_argument(
+        "--mailto",
+        dest="openalex_mailto",
+        metavar="EMAIL",
+        help="your email, sent as mailto= for OpenAlex's polite pool (default: %(setting)s)",
+    )
+    _fetch_options(f, "openalex_url", "200, the API's most")
+
     # --- scale testing (rag_papers.synth, rag_papers.bench)
     from rag_papers import bench, synth  # light modules: nothing heavy is imported at load
 
@@ -289,10 +325,30 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="scale benchmark: ingest/query/memory/cold start vs a llama-index baseline")
     bench.add_arguments(p)
     # --debug after the command name too; SUPPRESS keeps a subcommand from resetting `rag-papers --debug CMD`.
-    for command in sub.choices.values():
+    for command in [*sub.choices.values(), *fetch_sub.choices.values()]:
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
         command.formatter_class = SettingsHelp
     return parser
+
+
+def _fetch_options(p: argparse.ArgumentParser, url_setting: str, page_default: str) -> None:
+    """What every ``fetch SOURCE`` takes besides its target and --max."""
+    p.add_argument(
+        "--out",
+        type=Path,
+        metavar="FILE.jsonl",
+        help="where the fetched records go (default: HOME/fetched/SOURCE-TARGET.jsonl); FILE.jsonl.part and "
+        "FILE.jsonl.fetch-state hold an unfinished fetch",
+    )
+    p.add_argument("--page-size", type=int, help=f"records asked for per request (default: {page_default})")
+    p.add_argument(
+        "--url",
+        dest=url_setting,
+        help=f"the API's address, for a mirror or a local stand-in (the {url_setting} setting; default: %(setting)s)",
+    )
+    p.add_argument("--no-progress", action="store_true", help=PROGRESS_HELP)
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
+    _common(p)
 
 
 def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
@@ -420,6 +476,41 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         print(f"rag-papers: ... and {len(report.renamed) - 10} more ids renamed (see --json)", file=sys.stderr)
     print(report.summary())
     return 0
+
+
+def cmd_fetch(args: argparse.Namespace) -> int:
+    """Fetch into a file, then ingest that file through ``cmd_ingest``: one ingest path for every file."""
+    from rag_papers.fetch import fetch
+    from rag_papers.ingest import plural
+
+    url_flags = ("arxiv_url", "openreview_url", "openalex_url", "openalex_mailto")
+    settings = settings_from(args, **{k: getattr(args, k, None) for k in url_flags})
+    quiet = args.no_progress or args.json
+
+    def resumed(records: int, pages: int) -> None:
+        print(f"rag-papers: resuming the fetch after {pages} page{plural(pages)} ({records} records)", file=sys.stderr)
+
+    result = fetch(
+        settings,
+        args.source,
+        args.target,
+        max_records=args.max,
+        page_size=args.page_size,
+        out=args.out,
+        submissions=getattr(args, "submissions", False),
+        show_progress=not quiet,
+        on_resume=resumed,
+    )
+    skipped = f", {result.skipped} left out (not papers)" if result.skipped else ""
+    print(
+        _safe(
+            f"rag-papers: fetched {result.records} records in {result.pages} page{plural(result.pages)} "
+            f"({result.requests} request{plural(result.requests)}, {result.seconds:.1f} s{skipped}) into {result.path}"
+        ),
+        file=sys.stderr,
+    )
+    ingest_args = argparse.Namespace(**{**vars(args), "paths": [result.path], "rebuild": False})
+    return cmd_ingest(ingest_args)
 
 
 def cmd_repair(args: argparse.Namespace) -> int:
@@ -669,6 +760,7 @@ COMMANDS = {
     "synth": cmd_synth,
     "bench": cmd_bench,
     "ingest": cmd_ingest,
+    "fetch": cmd_fetch,
     "repair": cmd_repair,
     "search": cmd_search,
     "ask": cmd_ask,

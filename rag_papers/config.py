@@ -227,6 +227,55 @@ class Settings(BaseSettings):
         description="GGUF files UI and /ask clients may pick (by file name) besides llamacpp_model.",
     )
 
+    # --- fetching (the only network use besides a hub model download: `rag-papers fetch`) -------------
+    arxiv_url: str = Field(
+        default="https://export.arxiv.org/api/query",
+        description="The arXiv API's query endpoint that `fetch arxiv` asks (a mirror or a test stand-in may replace it).",
+    )
+    openalex_url: str = Field(
+        default="https://api.openalex.org",
+        description="The OpenAlex API that `fetch openalex` asks (its /works endpoint).",
+    )
+    openreview_url: str = Field(
+        default="https://api2.openreview.net",
+        description="The OpenReview API (v2) that `fetch openreview` asks (its /notes endpoint).",
+    )
+    openalex_mailto: str | None = Field(
+        default=None,
+        description="An email address sent with OpenAlex requests (mailto=), which puts them in its faster polite pool.",
+    )
+    fetch_retries: int = Field(
+        default=5, ge=0, le=20, description="Retries of a request that failed with 429, a 5xx or a dropped connection."
+    )
+    fetch_backoff: float = Field(
+        default=1.0,
+        ge=0,
+        le=60,
+        description="Seconds before the first retry, doubled at each next one (a server's Retry-After wins).",
+    )
+    fetch_interval: float | None = Field(
+        default=None,
+        ge=0,
+        description="Seconds between two requests to one API; default none: each API's policy (arXiv 3, OpenReview "
+        "0.5, OpenAlex 0.1). Lower it only for a mirror or a local stand-in.",
+    )
+    fetch_timeout: float = Field(default=60.0, gt=0, description="Seconds a fetch waits for one response.")
+
+    @field_validator("arxiv_url", "openalex_url", "openreview_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        """An http(s) URL with a host, refused here in words rather than by urllib at the first request."""
+        from urllib.parse import urlsplit
+
+        try:
+            parts = urlsplit(value.strip())
+            parts.port  # noqa: B018 - raises ValueError for a port that is not a number in range
+        except ValueError as exc:
+            raise ValueError(f"not an http(s) URL ({exc})") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("not an http(s) URL")
+        return value.strip().rstrip("/")
+
     @field_validator("ollama_host")
     @classmethod
     def _host_or_url(cls, value: str) -> str:

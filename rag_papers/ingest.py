@@ -106,7 +106,7 @@ class IngestReport:
 
     def summary(self) -> str:
         """The one line ``rag-papers ingest`` prints, and the UI's "Add papers" shows: one wording for both."""
-        skipped = f", {self.skipped} record{_s(self.skipped)} skipped: no abstract" if self.skipped else ""
+        skipped = f", {self.skipped} record{plural(self.skipped)} skipped: no abstract" if self.skipped else ""
         renamed = f", {len(self.renamed)} renamed" if self.renamed else ""
         return (
             f"{self.records} abstracts read from {self.files} file(s): {self.added} added, "
@@ -120,7 +120,8 @@ def removal_line(removed: int, left: int) -> str:
     return f"removed {removed} paper(s); {left} left"
 
 
-def _s(n: int) -> str:
+def plural(n: int) -> str:
+    """ "s" for any count but one: "1 page", "2 pages"."""
     return "" if n == 1 else "s"
 
 
@@ -198,13 +199,16 @@ def node_meta(paper: Paper, chunk: int) -> dict[str, Any]:
     return meta
 
 
-def progress_bar(total: int, desc: str, enabled: bool) -> Any:
-    """tqdm on stderr with rate and ETA; silent when not wanted or not a terminal in tests."""
+def progress_bar(total: int | None, desc: str, enabled: bool, unit: str = "abstract", initial: int = 0) -> Any:
+    """tqdm on stderr with rate and ETA; silent when not wanted or not a terminal in tests. One style for
+    every long step (ingest, repair, fetch); ``initial`` is what a resumed step had done already."""
     if not enabled:
         return None
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit="abstract", file=sys.stderr, dynamic_ncols=True, mininterval=0.5)
+    return tqdm(
+        total=total, desc=desc, unit=unit, initial=initial, file=sys.stderr, dynamic_ncols=True, mininterval=0.5
+    )
 
 
 class Ingester:
