@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import gradio as gr
@@ -122,6 +123,26 @@ def _example_questions(engine: Engine, limit: int = 3) -> list[str]:
         return []
 
 
+# The top-k slider's range: enough for a list question; a larger ``top_k`` setting widens it (the CLI and the
+# API take up to ``config.TopK``'s bound).
+SLIDER_TOP_K = 20
+_QUIET: dict[str, Any] = {"queue": False, "api_visibility": "private", "show_progress": "hidden"}
+
+
+class Parts(SimpleNamespace):
+    """The app's components by name, as the layout methods make them, for the wiring methods (``ChatApp.build``)."""
+
+    @property
+    def chat_outputs(self) -> list[Any]:
+        """What every step of a chat turn redraws."""
+        return [self.chatbot, self.panel, self.picker, self.state, self.export, self.stop, self.send, self.busy]
+
+    @property
+    def filt(self) -> list[Any]:
+        """The filter controls, in ``ChatApp.filters``'s order."""
+        return [self.year_from, self.year_to, self.venue, self.keyword]
+
+
 class ChatApp:
     """Handlers and layout; one instance per built app, shared by all sessions (holds no chat state)."""
 
@@ -172,6 +193,10 @@ class ChatApp:
         choices = self.model_choices(backend_name, listed)
         value = current if current in choices else (choices[0] if choices else None)
         return gr.update(choices=choices, value=value, interactive=bool(choices), info=model_info(choices))
+
+    def first_backend(self) -> str:
+        """The backend the picker starts on: the operator's choice when the registry knows it, else ``auto``."""
+        return self.llm if self.llm in backend_names() else AUTO
 
     def new_state(self) -> UIState:
         return UIState(ChatSession(self.engine))
@@ -730,474 +755,543 @@ class ChatApp:
 
     # ------------------------------------------------------------------ layout
     def build(self) -> gr.Blocks:
-        s = self.settings
+        """The app: its layout (``_layout_*``, top to bottom), then what each control does (``_wire_*``)."""
         self.files = files.server_folder()  # before the Blocks: its components take their cache folder when built
+        ui = Parts()
         with gr.Blocks(
             title="rag-papers",
             fill_width=False,
             analytics_enabled=False,
             delete_cache=(files.EXPORT_SWEEP_S, files.EXPORT_KEEP_S),
-        ) as demo:
-            # The past chats, in this browser's localStorage (encrypted with a key kept in the data directory,
-            # so they survive a restart of the app as well as a reload of the page).
-            stored = gr.BrowserState([], storage_key="rag-papers-chats", secret=history.browser_secret(s.home))
-            kept_settings = gr.BrowserState(
-                {}, storage_key="rag-papers-settings", secret=history.browser_secret(s.home)
-            )
-            state = gr.State(None)
-            pending = gr.State(None)
-            with gr.Row(elem_id="rp-header"):
-                brand = gr.HTML(brand_html(self.n_papers), padding=False, scale=3, elem_id="rp-brand")
-                status = gr.HTML(
-                    status_html("checking the LLM…", "warn"), elem_id="rp-status-wrap", padding=False, scale=2
-                )
+        ) as ui.demo:
+            self._layout_header(ui)
             # One tab per way in: the conversation, and (added beside it) the corpus to browse.
-            with gr.Tabs(elem_id="rp-tabs") as tabs:
+            with gr.Tabs(elem_id="rp-tabs") as ui.tabs:
                 with gr.Tab("Chat", id="chat", elem_id="rp-tab-chat"):  # noqa: SIM117 - a tab holds a layout
                     with gr.Row(equal_height=False):
                         with gr.Column(scale=7, min_width=420):
-                            examples: list[Any] = [{"text": q} for q in _example_questions(self.engine)]
-                            chatbot = gr.Chatbot(
-                                label="Conversation",
-                                show_label=False,
-                                height=600,
-                                elem_id="rp-chat",
-                                placeholder="**Ask about the indexed papers.**<br>Answers stream in with citations like [1]; "
-                                "click one to read the paper's abstract.",
-                                examples=examples or None,
-                                buttons=["copy"],
-                                feedback_options=None,
-                                layout="bubble",
-                            )
-                            with gr.Row(elem_id="rp-ask-row"):
-                                msg = gr.Textbox(
-                                    label="Ask a question about the papers",  # its accessible name
-                                    show_label=False,
-                                    placeholder="Ask a question, e.g. “What does ABBA claim?” — or a follow-up",
-                                    scale=8,
-                                    lines=1,
-                                    max_lines=4,
-                                    autofocus=True,
-                                    elem_id="rp-input",
-                                    container=False,
-                                )
-                                send = gr.Button("Ask", variant="primary", scale=1, elem_id="rp-send", min_width=90)
-                                stop = gr.Button(
-                                    "Stop", variant="stop", scale=1, visible=False, elem_id="rp-stop", min_width=80
-                                )
-                            # The filters in force, by the input where the question is typed (set in the settings).
-                            with gr.Row(elem_id="rp-filter-row"):
-                                chips = gr.HTML(filter_chips([]), elem_id="rp-chips", padding=False, scale=4)
-                                clear_filters = gr.Button(
-                                    "✕ Clear filters",
-                                    size="sm",
-                                    visible=False,
-                                    elem_id="rp-clear-filters",
-                                    scale=1,
-                                    min_width=120,
-                                )
-                            busy = gr.HTML("", visible=False, elem_id="rp-busy-note", padding=False)
-                            # Which LLM answers, beside the question (where chat UIs put it), not only in the settings.
-                            with gr.Row(elem_id="rp-llm-row"):
-                                first = self.llm if self.llm in backend_names() else AUTO
-                                backend = gr.Dropdown(
-                                    backend_names(),
-                                    value=first,
-                                    label="LLM backend",
-                                    scale=2,
-                                    min_width=130,
-                                    elem_id="rp-backend",
-                                )
-                                # A choice among the names the server allows (its default first), never a path;
-                                # the page load adds the models the Ollama server lists.
-                                initial = self.model_choices(first, listed=False)
-                                model = gr.Dropdown(
-                                    initial,
-                                    value=initial[0] if initial else None,
-                                    label="Model",
-                                    info=model_info(initial),
-                                    scale=3,
-                                    min_width=160,
-                                    elem_id="rp-model",
-                                    allow_custom_value=False,
-                                    interactive=bool(initial),
-                                )
-                                refresh = gr.Button(
-                                    "↻ Check LLM", size="sm", scale=0, min_width=110, elem_id="rp-refresh"
-                                )
-                            with gr.Accordion("Past chats", open=False, elem_id="rp-history"):
-                                past = gr.Radio(
-                                    choices=[],
-                                    label="Kept in this browser: pick one to reopen it",
-                                    elem_id="rp-past",
-                                )
-                                past_q = gr.Textbox(
-                                    label="Search past chats",
-                                    placeholder="words of a chat's name, questions or answers",
-                                    elem_id="rp-past-search",
-                                    max_lines=1,
-                                )
-                                with gr.Row(elem_id="rp-past-actions"):
-                                    new_name = gr.Textbox(
-                                        label="New name for the selected chat",
-                                        elem_id="rp-rename-box",
-                                        max_lines=1,
-                                        scale=3,
-                                    )
-                                    rename = gr.Button("Rename", size="sm", elem_id="rp-rename", scale=1, min_width=90)
-                                forget = gr.Button(
-                                    "Delete the selected chat", size="sm", variant="stop", elem_id="rp-forget"
-                                )
-                            with gr.Row(elem_id="rp-controls"):
-                                retrieval_only = gr.Checkbox(
-                                    label="Retrieval only (list papers, no answer)",
-                                    value=False,
-                                    elem_id="rp-retrieval-only",
-                                    container=False,
-                                    scale=3,
-                                )
-                                show_rewrite = gr.Checkbox(
-                                    label="Show rewritten question",
-                                    value=False,
-                                    elem_id="rp-show-rewrite",
-                                    container=False,
-                                    scale=3,
-                                )
-                                edit = gr.Button(
-                                    "✎ Edit last question", size="md", elem_id="rp-edit", min_width=100, scale=1
-                                )
-                                new = gr.Button("New chat", size="md", elem_id="rp-new", min_width=100, scale=1)
-                                export = gr.DownloadButton(
-                                    "Export .md",
-                                    value=None,
-                                    size="md",
-                                    interactive=False,
-                                    elem_id="rp-export",
-                                    min_width=110,
-                                    scale=1,
-                                )
+                            self._layout_ask(ui)
+                            self._layout_llm_row(ui)
+                            self._layout_history(ui)
+                            self._layout_controls(ui)
                         with gr.Column(scale=5, min_width=340, elem_id="rp-sources-col"):
-                            with gr.Group(elem_id="rp-sources-card"):
-                                picker = gr.Radio(
-                                    choices=[],
-                                    label="Show source",
-                                    visible=False,
-                                    elem_id="rp-source-pick",
-                                    container=True,
-                                )
-                                panel = gr.HTML(
-                                    empty_panel(),
-                                    elem_id="rp-panel",
-                                    js_on_load=static_text("app.js") + static_text("copy.js"),
-                                    max_height=560,
-                                    padding=False,
-                                )
-                            with gr.Accordion("Answering and retrieval settings", open=False, elem_id="rp-settings"):
-                                top_k = gr.Slider(
-                                    1,
-                                    20,
-                                    value=s.top_k,
-                                    step=1,
-                                    label="Papers retrieved (top k)",
-                                    info=f"Search results; an answer reads at most {s.context_papers} of them (context_papers).",
-                                    elem_id="rp-topk",
-                                )
-                                year_choices: list[Any] = [ANY, *self.years]
-                                with gr.Row(visible=bool(self.years)):
-                                    year_from = gr.Dropdown(
-                                        year_choices, value=ANY, label="From year", elem_id="rp-year-from"
-                                    )
-                                    year_to = gr.Dropdown(
-                                        year_choices, value=ANY, label="To year", elem_id="rp-year-to"
-                                    )
-                                venue = gr.Dropdown(
-                                    [ANY, *self.venues],
-                                    value=ANY,
-                                    label="Venue",
-                                    visible=bool(self.venues),
-                                    elem_id="rp-venue",
-                                )
-                                keyword = gr.Textbox(
-                                    label="Keyword filter",
-                                    placeholder="only papers containing these whole words (any case)",
-                                    elem_id="rp-keyword",
-                                )
-                                index_line = gr.Markdown(self.index_line(self.n_papers), elem_id="rp-index-line")
+                            self._layout_sources(ui)
                 # The corpus, a page at a time (rag_papers/ui/papers.py): search, sort, open, ask about one.
                 with gr.Tab("Papers", id="papers", elem_id="rp-tab-papers"):
-                    with gr.Row(elem_id="rp-papers-bar"):
-                        papers_q = gr.Textbox(
-                            label="Search the papers",
-                            placeholder="Words of a title or abstract, or a paper's id",
-                            elem_id="rp-papers-q",
-                            scale=4,
-                            max_lines=1,
-                        )
-                        papers_sort = gr.Dropdown(
-                            [(label, value) for value, label in SORTS.items()],
-                            value="relevance",
-                            label="Sort by",
-                            elem_id="rp-papers-sort",
-                            scale=1,
-                            min_width=180,
-                        )
-                    # Adding and removing papers (library.py): only where the browser may write the index.
-                    writable = writes_allowed(s)
-                    with gr.Accordion("Add papers", open=False, elem_id="rp-add", visible=writable):
-                        upload = gr.File(
-                            label="Files to add: exports (BibTeX, RIS, CSL-JSON, arXiv, OpenAlex, …) or your own",
-                            file_count="multiple",
-                            file_types=list(SUPPORTED_SUFFIXES),
-                            type="filepath",
-                            elem_id="rp-upload",
-                            height=120,
-                        )
-                        gr.Markdown(upload_hint(s), elem_id="rp-upload-hint")
-                    with gr.Row(elem_id="rp-remove-bar", visible=writable):
-                        remove = gr.Button(
-                            "Remove selected",
-                            variant="secondary",
-                            size="sm",
-                            interactive=False,
-                            elem_id="rp-remove",
-                            scale=0,
-                            min_width=160,
-                        )
-                    with gr.Column(visible=False, variant="panel", elem_id="rp-remove-confirm") as confirm_box:
-                        confirm_text = gr.HTML("", padding=False, elem_id="rp-confirm-text")
-                        with gr.Row():
-                            confirm = gr.Button("Yes, remove them", variant="stop", size="sm", elem_id="rp-confirm")
-                            cancel = gr.Button("Cancel", size="sm", elem_id="rp-cancel")
-                    papers_notice = gr.HTML(
-                        "" if writable else notice_html(READ_ONLY, "bad"), padding=False, elem_id="rp-papers-notice"
-                    )
-                    papers_list = gr.HTML(
-                        "",
-                        elem_id="rp-papers",
-                        js_on_load=static_text("papers.js") + static_text("copy.js"),
-                        padding=False,
-                    )
-                    papers_view = gr.State(None)
-                    papers_picked = gr.State(None)  # the ids selected for removal (papers.picks)
+                    self._layout_papers(ui)
+            self._layout_api(ui)
+            self._wire_chat(ui)
+            self._wire_history(ui)
+            self._wire_settings(ui)
+            self._wire_api(ui)
+            self._wire_papers(ui)
+        ui.demo.queue(default_concurrency_limit=8)
+        blocks: gr.Blocks = ui.demo
+        return blocks
 
-            # Hidden components backing the /ask API endpoint: backend and model are checked by
-            # ``resolve`` (an error as data), not by a Dropdown's choices (an exception).
-            api_question = gr.Textbox(visible=False, label="question")
-            api_backend = gr.Textbox(first, visible=False, label="LLM backend")
-            api_model = gr.Textbox("", visible=False, label="Model")
-            api_out = gr.JSON(visible=False, label="answer")
-            api_go = gr.Button(visible=False)
+    # ------------------------------------------------------------------ layout
+    def _layout_header(self, ui: Parts) -> None:
+        """The browser-kept state (past chats, settings), the session state, the brand and the LLM status."""
+        s = self.settings
+        # The past chats, in this browser's localStorage (encrypted with a key kept in the data directory,
+        # so they survive a restart of the app as well as a reload of the page).
+        ui.stored = gr.BrowserState([], storage_key="rag-papers-chats", secret=history.browser_secret(s.home))
+        ui.kept_settings = gr.BrowserState({}, storage_key="rag-papers-settings", secret=history.browser_secret(s.home))
+        ui.state = gr.State(None)
+        ui.pending = gr.State(None)
+        with gr.Row(elem_id="rp-header"):
+            ui.brand = gr.HTML(brand_html(self.n_papers), padding=False, scale=3, elem_id="rp-brand")
+            ui.status = gr.HTML(
+                status_html("checking the LLM…", "warn"), elem_id="rp-status-wrap", padding=False, scale=2
+            )
 
-            # ------------------------------------------------------------ events
-            chat_outputs = [chatbot, panel, picker, state, export, stop, send, busy]
-            filt = [year_from, year_to, venue, keyword]
+    def _layout_ask(self, ui: Parts) -> None:
+        """The conversation, the question box, the filters in force and the busy note."""
+        examples: list[Any] = [{"text": q} for q in _example_questions(self.engine)]
+        ui.chatbot = gr.Chatbot(
+            label="Conversation",
+            show_label=False,
+            height=600,
+            elem_id="rp-chat",
+            placeholder="**Ask about the indexed papers.**<br>Answers stream in with citations like [1]; "
+            "click one to read the paper's abstract.",
+            examples=examples or None,
+            buttons=["copy"],
+            feedback_options=None,
+            layout="bubble",
+        )
+        with gr.Row(elem_id="rp-ask-row"):
+            ui.msg = gr.Textbox(
+                label="Ask a question about the papers",  # its accessible name
+                show_label=False,
+                placeholder="Ask a question, e.g. “What does ABBA claim?” — or a follow-up",
+                scale=8,
+                lines=1,
+                max_lines=4,
+                autofocus=True,
+                elem_id="rp-input",
+                container=False,
+            )
+            ui.send = gr.Button("Ask", variant="primary", scale=1, elem_id="rp-send", min_width=90)
+            ui.stop = gr.Button("Stop", variant="stop", scale=1, visible=False, elem_id="rp-stop", min_width=80)
+        # The filters in force, by the input where the question is typed (set in the settings).
+        with gr.Row(elem_id="rp-filter-row"):
+            ui.chips = gr.HTML(filter_chips([]), elem_id="rp-chips", padding=False, scale=4)
+            ui.clear_filters = gr.Button(
+                "✕ Clear filters",
+                size="sm",
+                visible=False,
+                elem_id="rp-clear-filters",
+                scale=1,
+                min_width=120,
+            )
+        ui.busy = gr.HTML("", visible=False, elem_id="rp-busy-note", padding=False)
 
-            accept_args: dict[str, Any] = {
-                "fn": self.accept,
-                "inputs": [msg, state, retrieval_only],
-                "outputs": [msg, chatbot, panel, picker, export, stop, send, busy, state, pending],
-                "queue": False,
-                "api_visibility": "private",
-            }
+    def _layout_llm_row(self, ui: Parts) -> None:
+        """Which LLM answers, and its model."""
+        # Which LLM answers, beside the question (where chat UIs put it), not only in the settings.
+        with gr.Row(elem_id="rp-llm-row"):
+            first = self.first_backend()
+            ui.backend = gr.Dropdown(
+                backend_names(),
+                value=first,
+                label="LLM backend",
+                scale=2,
+                min_width=130,
+                elem_id="rp-backend",
+            )
+            # A choice among the names the server allows (its default first), never a path;
+            # the page load adds the models the Ollama server lists.
+            initial = self.model_choices(first, listed=False)
+            ui.model = gr.Dropdown(
+                initial,
+                value=initial[0] if initial else None,
+                label="Model",
+                info=model_info(initial),
+                scale=3,
+                min_width=160,
+                elem_id="rp-model",
+                allow_custom_value=False,
+                interactive=bool(initial),
+            )
+            ui.refresh = gr.Button("↻ Check LLM", size="sm", scale=0, min_width=110, elem_id="rp-refresh")
 
-            quiet: dict[str, Any] = {"queue": False, "api_visibility": "private", "show_progress": "hidden"}
-
-            def chain(accepted: Any) -> Any:
-                """Search step, then answer step; each skips itself unless the question is its kind."""
-                searched = accepted.then(
-                    self.run_search,
-                    [pending, state, top_k, *filt],
-                    chat_outputs,
-                    concurrency_id="search",
-                    concurrency_limit=16,
-                    api_visibility="private",
-                    show_progress="hidden",
+    def _layout_history(self, ui: Parts) -> None:
+        """The past chats kept in this browser: reopen, search, rename, delete."""
+        with gr.Accordion("Past chats", open=False, elem_id="rp-history"):
+            ui.past = gr.Radio(
+                choices=[],
+                label="Kept in this browser: pick one to reopen it",
+                elem_id="rp-past",
+            )
+            ui.past_q = gr.Textbox(
+                label="Search past chats",
+                placeholder="words of a chat's name, questions or answers",
+                elem_id="rp-past-search",
+                max_lines=1,
+            )
+            with gr.Row(elem_id="rp-past-actions"):
+                ui.new_name = gr.Textbox(
+                    label="New name for the selected chat",
+                    elem_id="rp-rename-box",
+                    max_lines=1,
+                    scale=3,
                 )
-                answered = searched.then(
-                    self.run_answer,
-                    [pending, state, backend, model, top_k, *filt],
-                    chat_outputs,
-                    concurrency_id="generate",
-                    concurrency_limit=4,
-                    api_visibility="private",
-                    show_progress="hidden",
-                )
-                answered.then(self.remember, [state, stored, past_q], [stored, past], **quiet)
-                return answered
+                ui.rename = gr.Button("Rename", size="sm", elem_id="rp-rename", scale=1, min_width=90)
+            ui.forget = gr.Button("Delete the selected chat", size="sm", variant="stop", elem_id="rp-forget")
 
-            def use_example(evt: gr.SelectData) -> str:
-                value = evt.value
-                return str(value.get("text", "")) if isinstance(value, dict) else str(value)
-
-            answer_typed = chain(gr.on([msg.submit, send.click], **accept_args))
-            answer_example = chain(
-                chatbot.example_select(use_example, None, msg, queue=False, api_visibility="private").then(
-                    **accept_args
-                )
+    def _layout_controls(self, ui: Parts) -> None:
+        """Retrieval only, the rewritten question, edit, new chat, export."""
+        with gr.Row(elem_id="rp-controls"):
+            ui.retrieval_only = gr.Checkbox(
+                label="Retrieval only (list papers, no answer)",
+                value=False,
+                elem_id="rp-retrieval-only",
+                container=False,
+                scale=3,
             )
-            # Regenerate (the Chatbot's retry icon on the last answer): the last question taken back and asked again.
-            answer_again = chain(
-                chatbot.retry(self.regenerate, [state], [msg, *chat_outputs], **quiet).then(**accept_args)
+            ui.show_rewrite = gr.Checkbox(
+                label="Show rewritten question",
+                value=False,
+                elem_id="rp-show-rewrite",
+                container=False,
+                scale=3,
             )
-            edit.click(self.take_back_last, [state], [msg, *chat_outputs], **quiet).then(
-                None, js="() => { const t = document.querySelector('#rp-input textarea'); if (t) t.focus(); }"
-            )
-            stop.click(
-                self.stop,
-                [state],
-                chat_outputs,
-                cancels=[answer_typed, answer_example, answer_again],
-                queue=False,
-                api_visibility="private",
-            ).then(self.remember, [state, stored, past_q], [stored, past], **quiet)
-            past.input(self.reopen, [past, stored, state], chat_outputs, **quiet)
-            forget.click(self.forget, [past, stored, state, past_q], [*chat_outputs, stored, past], **quiet)
-            past_q.change(self.search_past, [past_q, stored, state], past, **quiet)
-            gr.on(
-                [rename.click, new_name.submit],
-                self.rename_past,
-                [past, new_name, stored, past_q],
-                [stored, past, new_name],
-                **quiet,
-            )
-            demo.load(self.on_load, [stored], [*chat_outputs, past], **quiet)
-            # A click writes the file afresh (the old one may have been removed, EXPORT_KEEP_S): the next click has it.
-            export.click(self._export, [state], [export], **quiet)
-            new.click(
-                self.new_chat,
-                [state],
-                [*chat_outputs, msg],
-                api_name="new_chat",
-                queue=False,
-                cancels=[answer_typed, answer_example, answer_again],
-            )
-            # The Chatbot's own trash icon: a clean conversation, as "New chat" (not only a cleared screen).
-            chatbot.clear(
-                lambda st: self.new_chat(st)[:N_CHAT],
-                [state],
-                chat_outputs,
-                queue=False,
-                cancels=[answer_typed, answer_example, answer_again],
-                api_visibility="private",
-            )
-            picker.input(self.select_source, [picker, state], [panel, state], queue=False, api_visibility="private")
-            panel.cite(self.on_cite, [state], [panel, picker, state], queue=False, api_visibility="private")
-            show_rewrite.change(
-                self.toggle_rewrite, [show_rewrite, state], [chatbot, state], queue=False, api_visibility="private"
-            )
-            for box in (year_from, year_to, venue, keyword):
-                box.change(self.filter_chips, filt, [chips, clear_filters], queue=False, api_visibility="private")
-            clear_filters.click(
-                self.clear_filters, None, [*filt, chips, clear_filters], queue=False, api_visibility="private"
+            ui.edit = gr.Button("✎ Edit last question", size="md", elem_id="rp-edit", min_width=100, scale=1)
+            ui.new = gr.Button("New chat", size="md", elem_id="rp-new", min_width=100, scale=1)
+            ui.export = gr.DownloadButton(
+                "Export .md",
+                value=None,
+                size="md",
+                interactive=False,
+                elem_id="rp-export",
+                min_width=110,
+                scale=1,
             )
 
-            status_args: dict[str, Any] = {
-                "concurrency_id": "status",
-                "concurrency_limit": 8,
-                "api_visibility": "private",
-                "show_progress": "hidden",
-            }
-            # The kept settings first, then the models and the status for them (a user's change of backend is
-            # .input: restoring one must not reset the model to the backend's default).
-            settings_box = [backend, model, top_k, *filt]
-            demo.load(self.restore_settings, [kept_settings], settings_box, **quiet).then(
-                self.refresh_models, [backend, model], [model, status], **status_args
-            ).then(self.filter_chips, filt, [chips, clear_filters], **quiet)
-            gr.on(
-                [
-                    backend.change,
-                    model.change,
-                    top_k.change,
-                    year_from.change,
-                    year_to.change,
-                    venue.change,
-                    keyword.change,
-                ],
-                self.keep_settings,
-                settings_box,
-                kept_settings,
-                **quiet,
+    def _layout_sources(self, ui: Parts) -> None:
+        """The sources panel and the answering and retrieval settings."""
+        s = self.settings
+        with gr.Group(elem_id="rp-sources-card"):
+            ui.picker = gr.Radio(
+                choices=[],
+                label="Show source",
+                visible=False,
+                elem_id="rp-source-pick",
+                container=True,
             )
-            # The index may have grown since the app started (an `ingest` beside it): say what it holds now.
-            demo.load(self.index_info, None, [brand, index_line], queue=False, api_visibility="private")
-            backend.input(self.on_backend, [backend], [model, status], **status_args)
-            model.input(self.status, [backend, model], status, **status_args)
-            refresh.click(self.refresh_models, [backend, model], [model, status], **status_args)
+            ui.panel = gr.HTML(
+                empty_panel(),
+                elem_id="rp-panel",
+                js_on_load=static_text("app.js") + static_text("copy.js"),
+                max_height=560,
+                padding=False,
+            )
+        with gr.Accordion("Answering and retrieval settings", open=False, elem_id="rp-settings"):
+            ui.top_k = gr.Slider(
+                1,
+                max(SLIDER_TOP_K, s.top_k),  # a configured top_k above the slider's usual range stays reachable
+                value=s.top_k,
+                step=1,
+                label="Papers retrieved (top k)",
+                info=f"Search results; an answer reads at most {s.context_papers} of them (context_papers).",
+                elem_id="rp-topk",
+            )
+            year_choices: list[Any] = [ANY, *self.years]
+            with gr.Row(visible=bool(self.years)):
+                ui.year_from = gr.Dropdown(year_choices, value=ANY, label="From year", elem_id="rp-year-from")
+                ui.year_to = gr.Dropdown(year_choices, value=ANY, label="To year", elem_id="rp-year-to")
+            ui.venue = gr.Dropdown(
+                [ANY, *self.venues],
+                value=ANY,
+                label="Venue",
+                visible=bool(self.venues),
+                elem_id="rp-venue",
+            )
+            ui.keyword = gr.Textbox(
+                label="Keyword filter",
+                placeholder="only papers containing these whole words (any case)",
+                elem_id="rp-keyword",
+            )
+            ui.index_line = gr.Markdown(self.index_line(self.n_papers), elem_id="rp-index-line")
 
-            api_go.click(
-                self.api_ask,
-                [api_question, api_backend, api_model, top_k, state],
-                [api_out, state],
-                api_name="ask",
-                concurrency_id="generate",
-                concurrency_limit=4,
+    def _layout_papers(self, ui: Parts) -> None:
+        """The Papers tab: search and sort, add papers, remove selected ones, the list."""
+        s = self.settings
+        with gr.Row(elem_id="rp-papers-bar"):
+            ui.papers_q = gr.Textbox(
+                label="Search the papers",
+                placeholder="Words of a title or abstract, or a paper's id",
+                elem_id="rp-papers-q",
+                scale=4,
+                max_lines=1,
             )
-            searched = gr.api(self.api_search, api_name="search", concurrency_id="search", concurrency_limit=16)  # type: ignore[attr-defined,unused-ignore]
-            # gr.api takes no validator, unlike event listeners: its function gets one the same way, so a
-            # bad parameter is answered 422 with the message before the search is queued.
-            demo.fns[searched["id"]].validator = self.check_search
+            ui.papers_sort = gr.Dropdown(
+                [(label, value) for value, label in SORTS.items()],
+                value="relevance",
+                label="Sort by",
+                elem_id="rp-papers-sort",
+                scale=1,
+                min_width=180,
+            )
+        # Adding and removing papers (library.py): only where the browser may write the index.
+        ui.writable = writes_allowed(s)
+        with gr.Accordion("Add papers", open=False, elem_id="rp-add", visible=ui.writable):
+            ui.upload = gr.File(
+                label="Files to add: exports (BibTeX, RIS, CSL-JSON, arXiv, OpenAlex, …) or your own",
+                file_count="multiple",
+                file_types=list(SUPPORTED_SUFFIXES),
+                type="filepath",
+                elem_id="rp-upload",
+                height=120,
+            )
+            gr.Markdown(upload_hint(s), elem_id="rp-upload-hint")
+        with gr.Row(elem_id="rp-remove-bar", visible=ui.writable):
+            ui.remove = gr.Button(
+                "Remove selected",
+                variant="secondary",
+                size="sm",
+                interactive=False,
+                elem_id="rp-remove",
+                scale=0,
+                min_width=160,
+            )
+        with gr.Column(visible=False, variant="panel", elem_id="rp-remove-confirm") as ui.confirm_box:
+            ui.confirm_text = gr.HTML("", padding=False, elem_id="rp-confirm-text")
+            with gr.Row():
+                ui.confirm = gr.Button("Yes, remove them", variant="stop", size="sm", elem_id="rp-confirm")
+                ui.cancel = gr.Button("Cancel", size="sm", elem_id="rp-cancel")
+        ui.papers_notice = gr.HTML(
+            "" if ui.writable else notice_html(READ_ONLY, "bad"), padding=False, elem_id="rp-papers-notice"
+        )
+        ui.papers_list = gr.HTML(
+            "",
+            elem_id="rp-papers",
+            js_on_load=static_text("papers.js") + static_text("copy.js"),
+            padding=False,
+        )
+        ui.papers_view = gr.State(None)
+        ui.papers_picked = gr.State(None)  # the ids selected for removal (papers.picks)
 
-            # The Papers tab: each page is one registry query, a search one keyword-index query (papers.py).
-            papers_tab = PapersTab(self.engine.index, removable=writable)
-            papers_args: dict[str, Any] = {
-                "concurrency_id": "papers",
-                "concurrency_limit": 8,
-                "api_visibility": "private",
-                "show_progress": "hidden",
-            }
-            demo.load(
-                papers_tab.search, [papers_q, papers_sort, papers_picked], [papers_list, papers_view], **papers_args
-            )
-            gr.on(
-                [papers_q.submit, papers_q.change, papers_sort.change],
-                papers_tab.search,
-                [papers_q, papers_sort, papers_picked],
-                [papers_list, papers_view],
-                trigger_mode="always_last",
-                **papers_args,
-            )
-            papers_list.goto(papers_tab.go, [papers_view, papers_picked], [papers_list, papers_view], **papers_args)
+    def _layout_api(self, ui: Parts) -> None:
+        """Hidden components backing the /ask API endpoint."""
+        first = self.first_backend()
+        # Hidden components backing the /ask API endpoint: backend and model are checked by
+        # ``resolve`` (an error as data), not by a Dropdown's choices (an exception).
+        ui.api_question = gr.Textbox(visible=False, label="question")
+        ui.api_backend = gr.Textbox(first, visible=False, label="LLM backend")
+        ui.api_model = gr.Textbox("", visible=False, label="Model")
+        ui.api_out = gr.JSON(visible=False, label="answer")
+        ui.api_go = gr.Button(visible=False)
 
-            # Add papers and Remove (library.py): one writer at a time in this app (its lock says so at once),
-            # so the group allows two, and the second is refused in a line rather than queued behind the first.
-            library = Library(s, self.engine.index, papers_tab, self.index_info, writable)
-            write_args: dict[str, Any] = {
-                "concurrency_id": "write",
-                "concurrency_limit": 2,
-                "api_visibility": "private",
-            }
-            upload.upload(
-                library.add,
-                [upload, papers_view, papers_picked],
-                [papers_notice, papers_list, papers_view, brand, index_line, upload],
-                show_progress="full",
-                **write_args,
-            )
-            # Ticks are taken one at a time (each is a change to the session's selection, applied in order).
-            papers_list.pick(
-                library.pick,
-                [papers_picked],
-                [papers_picked, remove],
-                concurrency_id="pick",
-                concurrency_limit=1,
+    # ------------------------------------------------------------------ events
+    def _wire_chat(self, ui: Parts) -> None:
+        """Asking (typed, an example, regenerate), editing the last question, stop, new chat and the trash icon."""
+        accept_args: dict[str, Any] = {
+            "fn": self.accept,
+            "inputs": [ui.msg, ui.state, ui.retrieval_only],
+            "outputs": [
+                ui.msg,
+                ui.chatbot,
+                ui.panel,
+                ui.picker,
+                ui.export,
+                ui.stop,
+                ui.send,
+                ui.busy,
+                ui.state,
+                ui.pending,
+            ],
+            "queue": False,
+            "api_visibility": "private",
+        }
+
+        def chain(accepted: Any) -> Any:
+            """Search step, then answer step; each skips itself unless the question is its kind."""
+            searched = accepted.then(
+                self.run_search,
+                [ui.pending, ui.state, ui.top_k, *ui.filt],
+                ui.chat_outputs,
+                concurrency_id="search",
+                concurrency_limit=16,
                 api_visibility="private",
                 show_progress="hidden",
             )
-            remove.click(library.ask_remove, [papers_picked], [confirm_text, confirm_box, papers_notice], **quiet)
-            cancel.click(library.cancel, None, [confirm_text, confirm_box], **quiet)
-            confirm.click(
-                library.remove,
-                [papers_view, papers_picked],
-                [papers_notice, papers_list, papers_view, papers_picked, remove, confirm_box, brand, index_line],
-                show_progress="minimal",
-                **write_args,
+            answered = searched.then(
+                self.run_answer,
+                [ui.pending, ui.state, ui.backend, ui.model, ui.top_k, *ui.filt],
+                ui.chat_outputs,
+                concurrency_id="generate",
+                concurrency_limit=4,
+                api_visibility="private",
+                show_progress="hidden",
             )
-            papers_list.ask(papers_tab.ask, None, [tabs, msg], queue=False, api_visibility="private").then(
-                None, js="() => { const t = document.querySelector('#rp-input textarea'); if (t) t.focus(); }"
+            answered.then(self.remember, [ui.state, ui.stored, ui.past_q], [ui.stored, ui.past], **_QUIET)
+            return answered
+
+        def use_example(evt: gr.SelectData) -> str:
+            value = evt.value
+            return str(value.get("text", "")) if isinstance(value, dict) else str(value)
+
+        answer_typed = chain(gr.on([ui.msg.submit, ui.send.click], **accept_args))
+        answer_example = chain(
+            ui.chatbot.example_select(use_example, None, ui.msg, queue=False, api_visibility="private").then(
+                **accept_args
             )
-        demo.queue(default_concurrency_limit=8)
-        blocks: gr.Blocks = demo
-        return blocks
+        )
+        # Regenerate (the Chatbot's retry icon on the last answer): the last question taken back and asked again.
+        answer_again = chain(
+            ui.chatbot.retry(self.regenerate, [ui.state], [ui.msg, *ui.chat_outputs], **_QUIET).then(**accept_args)
+        )
+        ui.edit.click(self.take_back_last, [ui.state], [ui.msg, *ui.chat_outputs], **_QUIET).then(
+            None, js="() => { const t = document.querySelector('#rp-input textarea'); if (t) t.focus(); }"
+        )
+        ui.stop.click(
+            self.stop,
+            [ui.state],
+            ui.chat_outputs,
+            cancels=[answer_typed, answer_example, answer_again],
+            queue=False,
+            api_visibility="private",
+        ).then(self.remember, [ui.state, ui.stored, ui.past_q], [ui.stored, ui.past], **_QUIET)
+        ui.new.click(
+            self.new_chat,
+            [ui.state],
+            [*ui.chat_outputs, ui.msg],
+            api_name="new_chat",
+            queue=False,
+            cancels=[answer_typed, answer_example, answer_again],
+        )
+        # The Chatbot's own trash icon: a clean conversation, as "New chat" (not only a cleared screen).
+        ui.chatbot.clear(
+            lambda st: self.new_chat(st)[:N_CHAT],
+            [ui.state],
+            ui.chat_outputs,
+            queue=False,
+            cancels=[answer_typed, answer_example, answer_again],
+            api_visibility="private",
+        )
+
+    def _wire_history(self, ui: Parts) -> None:
+        """Past chats (reopen, delete, search, rename; restored on load) and the export."""
+        ui.past.input(self.reopen, [ui.past, ui.stored, ui.state], ui.chat_outputs, **_QUIET)
+        ui.forget.click(
+            self.forget, [ui.past, ui.stored, ui.state, ui.past_q], [*ui.chat_outputs, ui.stored, ui.past], **_QUIET
+        )
+        ui.past_q.change(self.search_past, [ui.past_q, ui.stored, ui.state], ui.past, **_QUIET)
+        gr.on(
+            [ui.rename.click, ui.new_name.submit],
+            self.rename_past,
+            [ui.past, ui.new_name, ui.stored, ui.past_q],
+            [ui.stored, ui.past, ui.new_name],
+            **_QUIET,
+        )
+        ui.demo.load(self.on_load, [ui.stored], [*ui.chat_outputs, ui.past], **_QUIET)
+        # A click writes the file afresh (the old one may have been removed, EXPORT_KEEP_S): the next click has it.
+        ui.export.click(self._export, [ui.state], [ui.export], **_QUIET)
+
+    def _wire_settings(self, ui: Parts) -> None:
+        """The sources panel, the filters and their chips, the kept settings, the LLM choice and its status."""
+        ui.picker.input(
+            self.select_source, [ui.picker, ui.state], [ui.panel, ui.state], queue=False, api_visibility="private"
+        )
+        ui.panel.cite(self.on_cite, [ui.state], [ui.panel, ui.picker, ui.state], queue=False, api_visibility="private")
+        ui.show_rewrite.change(
+            self.toggle_rewrite,
+            [ui.show_rewrite, ui.state],
+            [ui.chatbot, ui.state],
+            queue=False,
+            api_visibility="private",
+        )
+        for box in (ui.year_from, ui.year_to, ui.venue, ui.keyword):
+            box.change(self.filter_chips, ui.filt, [ui.chips, ui.clear_filters], queue=False, api_visibility="private")
+        ui.clear_filters.click(
+            self.clear_filters, None, [*ui.filt, ui.chips, ui.clear_filters], queue=False, api_visibility="private"
+        )
+
+        status_args: dict[str, Any] = {
+            "concurrency_id": "status",
+            "concurrency_limit": 8,
+            "api_visibility": "private",
+            "show_progress": "hidden",
+        }
+        # The kept settings first, then the models and the status for them (a user's change of backend is
+        # .input: restoring one must not reset the model to the backend's default).
+        settings_box = [ui.backend, ui.model, ui.top_k, *ui.filt]
+        ui.demo.load(self.restore_settings, [ui.kept_settings], settings_box, **_QUIET).then(
+            self.refresh_models, [ui.backend, ui.model], [ui.model, ui.status], **status_args
+        ).then(self.filter_chips, ui.filt, [ui.chips, ui.clear_filters], **_QUIET)
+        gr.on(
+            [
+                ui.backend.change,
+                ui.model.change,
+                ui.top_k.change,
+                ui.year_from.change,
+                ui.year_to.change,
+                ui.venue.change,
+                ui.keyword.change,
+            ],
+            self.keep_settings,
+            settings_box,
+            ui.kept_settings,
+            **_QUIET,
+        )
+        # The index may have grown since the app started (an `ingest` beside it): say what it holds now.
+        ui.demo.load(self.index_info, None, [ui.brand, ui.index_line], queue=False, api_visibility="private")
+        ui.backend.input(self.on_backend, [ui.backend], [ui.model, ui.status], **status_args)
+        ui.model.input(self.status, [ui.backend, ui.model], ui.status, **status_args)
+        ui.refresh.click(self.refresh_models, [ui.backend, ui.model], [ui.model, ui.status], **status_args)
+
+    def _wire_api(self, ui: Parts) -> None:
+        """The /ask and /search API endpoints."""
+        ui.api_go.click(
+            self.api_ask,
+            [ui.api_question, ui.api_backend, ui.api_model, ui.top_k, ui.state],
+            [ui.api_out, ui.state],
+            api_name="ask",
+            concurrency_id="generate",
+            concurrency_limit=4,
+        )
+        searched = gr.api(self.api_search, api_name="search", concurrency_id="search", concurrency_limit=16)  # type: ignore[attr-defined,unused-ignore]
+        # gr.api takes no validator, unlike event listeners: its function gets one the same way, so a
+        # bad parameter is answered 422 with the message before the search is queued.
+        ui.demo.fns[searched["id"]].validator = self.check_search
+
+    def _wire_papers(self, ui: Parts) -> None:
+        """The Papers tab: each page is one registry query, a search one keyword-index query (papers.py)."""
+        papers_tab = PapersTab(self.engine.index, removable=ui.writable)
+        papers_args: dict[str, Any] = {
+            "concurrency_id": "papers",
+            "concurrency_limit": 8,
+            "api_visibility": "private",
+            "show_progress": "hidden",
+        }
+        ui.demo.load(
+            papers_tab.search,
+            [ui.papers_q, ui.papers_sort, ui.papers_picked],
+            [ui.papers_list, ui.papers_view],
+            **papers_args,
+        )
+        gr.on(
+            [ui.papers_q.submit, ui.papers_q.change, ui.papers_sort.change],
+            papers_tab.search,
+            [ui.papers_q, ui.papers_sort, ui.papers_picked],
+            [ui.papers_list, ui.papers_view],
+            trigger_mode="always_last",
+            **papers_args,
+        )
+        ui.papers_list.goto(
+            papers_tab.go, [ui.papers_view, ui.papers_picked], [ui.papers_list, ui.papers_view], **papers_args
+        )
+
+        # Add papers and Remove (library.py): one writer at a time in this app (its lock says so at once),
+        # so the group allows two, and the second is refused in a line rather than queued behind the first.
+        library = Library(self.settings, self.engine.index, papers_tab, self.index_info, ui.writable)
+        write_args: dict[str, Any] = {
+            "concurrency_id": "write",
+            "concurrency_limit": 2,
+            "api_visibility": "private",
+        }
+        ui.upload.upload(
+            library.add,
+            [ui.upload, ui.papers_view, ui.papers_picked],
+            [ui.papers_notice, ui.papers_list, ui.papers_view, ui.brand, ui.index_line, ui.upload],
+            show_progress="full",
+            **write_args,
+        )
+        # Ticks are taken one at a time (each is a change to the session's selection, applied in order).
+        ui.papers_list.pick(
+            library.pick,
+            [ui.papers_picked],
+            [ui.papers_picked, ui.remove],
+            concurrency_id="pick",
+            concurrency_limit=1,
+            api_visibility="private",
+            show_progress="hidden",
+        )
+        ui.remove.click(
+            library.ask_remove, [ui.papers_picked], [ui.confirm_text, ui.confirm_box, ui.papers_notice], **_QUIET
+        )
+        ui.cancel.click(library.cancel, None, [ui.confirm_text, ui.confirm_box], **_QUIET)
+        ui.confirm.click(
+            library.remove,
+            [ui.papers_view, ui.papers_picked],
+            [
+                ui.papers_notice,
+                ui.papers_list,
+                ui.papers_view,
+                ui.papers_picked,
+                ui.remove,
+                ui.confirm_box,
+                ui.brand,
+                ui.index_line,
+            ],
+            show_progress="minimal",
+            **write_args,
+        )
+        ui.papers_list.ask(papers_tab.ask, None, [ui.tabs, ui.msg], queue=False, api_visibility="private").then(
+            None, js="() => { const t = document.querySelector('#rp-input textarea'); if (t) t.focus(); }"
+        )
 
 
 # ------------------------------------------------------------------ entry points
