@@ -91,7 +91,7 @@ class IngestReport:
     unchanged: int = 0
     removed: int = 0
     duplicates: int = 0
-    skipped: int = 0  # export records without an abstract (rag_papers/formats.py), left out of the count above
+    skipped: int = 0  # export records without an abstract (rag_papers/corpus/readers), left out of the count above
     chunks: int = 0
     seconds: float = 0.0
     total: int = 0
@@ -662,7 +662,7 @@ class Ingester:
         Computed from the registry (id, title, first author) rather than stored: no new table to keep in
         step, at the cost of one pass over the papers' titles, which an ingest that embeds is far slower than.
         """
-        from rag_papers.formats import registry_keys
+        from rag_papers.corpus import registry_keys
 
         last = 0
         while rows := self.db.execute(

@@ -354,7 +354,7 @@ def test_a_state_of_another_query_is_not_resumed(tmp_path: Path) -> None:
 def test_nothing_but_fetch_loads_the_network_module() -> None:
     """Fetch is opt-in network: the CLI, the index and the UI's modules never import rag_papers.fetch."""
     code = (
-        "import sys; import rag_papers.cli, rag_papers.index, rag_papers.ingest, rag_papers.formats, "
+        "import sys; import rag_papers.cli, rag_papers.index, rag_papers.ingest, rag_papers.corpus, "
         "rag_papers.chat; from rag_papers.cli import build_parser; build_parser().parse_args(['fetch', 'arxiv', 'x']); "
         "print('rag_papers.fetch' in sys.modules, 'urllib.request' in sys.modules)"
     )

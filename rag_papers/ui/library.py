@@ -38,8 +38,7 @@ import gradio as gr
 
 from rag_papers import RagPapersError
 from rag_papers.config import Settings
-from rag_papers.corpus import SUPPORTED_SUFFIXES
-from rag_papers.formats import FORMATS
+from rag_papers.corpus import FORMATS, SUPPORTED_SUFFIXES
 from rag_papers.index import Index
 from rag_papers.ingest import removal_line
 from rag_papers.ui.papers import PapersTab, picks

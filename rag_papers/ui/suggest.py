@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from rag_papers.corpus import _GENERIC, Paper, _topic_phrases
+from rag_papers.corpus import GENERIC_WORDS, Paper, topic_phrases
 from rag_papers.index import Index
 from rag_papers.keyword import useful_terms
 
@@ -81,7 +81,7 @@ def topic_phrase(index: Index, papers: list[Paper]) -> str | None:
         in_papers.update(pairs)
     counts: dict[str, int] = {}
     for p in papers:
-        for phrase in _topic_phrases(p.abstract, 2):
+        for phrase in topic_phrases(p.abstract, 2):
             low = phrase.lower()
             if re.fullmatch(r"[a-z][a-z-]+ [a-z][a-z-]+", low):
                 counts[low] = in_papers[low]
@@ -96,7 +96,7 @@ def topic_phrase(index: Index, papers: list[Paper]) -> str | None:
 def specific_enough(index: Index, phrase: str) -> bool:
     """Whether ``phrase`` names something of this corpus: no word generic, every word specific enough to be
     evidence (``useful_terms``), and the rarest in at most ``SPECIFIC_SHARE`` of the papers."""
-    if any(w in _GENERIC for w in phrase.lower().split()):
+    if any(w in GENERIC_WORDS for w in phrase.lower().split()):
         return False
     n_docs, stats = index.term_stats(phrase)
     if not stats or len(useful_terms(stats, n_docs, index.settings.keyword_max_df)) != len(stats):
