@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from rag_papers import RagPapersError
 from rag_papers.claims import CITE, Claim, check_claims
 from rag_papers.config import Settings
-from rag_papers.corpus import Paper, plain_text
+from rag_papers.corpus import Paper, plain_text, sentences
 from rag_papers.coverage import DESCRIPTION, FACET_CUES, NAME, Analysis, Coverage, CoverageRules, analyse, decide
 from rag_papers.llm import Backend, Message, estimate_tokens
 from rag_papers.retrieve import Hit, SearchResult
@@ -217,14 +217,14 @@ def build_messages(
         block = _source_block(source_t, len(used) + 1, paper, paper.abstract)
         cost = estimate_tokens(block)
         if cost > budget:
-            sentences = re.split(r"(?<=[.!?])\s+", paper.abstract)
-            while sentences and estimate_tokens(" ".join(sentences)) + 40 > budget:
-                sentences.pop()
-            if used and (not sentences or budget < 120):
+            kept = sentences(paper.abstract)  # the text as stored: what the model reads
+            while kept and estimate_tokens(" ".join(kept)) + 40 > budget:
+                kept.pop()
+            if used and (not kept or budget < 120):
                 break
-            if not sentences:  # not even one sentence fits: give the model the first one anyway
-                sentences = re.split(r"(?<=[.!?])\s+", paper.abstract)[:1]
-            block = _source_block(source_t, len(used) + 1, paper, " ".join(sentences))
+            if not kept:  # not even one sentence fits: give the model the first one anyway
+                kept = sentences(paper.abstract)[:1]
+            block = _source_block(source_t, len(used) + 1, paper, " ".join(kept))
             cost = estimate_tokens(block)
         blocks.append(block)
         used.append((hit, paper))
@@ -236,9 +236,11 @@ def build_messages(
 
 
 # ------------------------------------------------------------------ extractive
-def _sentences(text: str) -> list[str]:
-    """Quotable sentences: links to code or data answer nothing, so they are left out."""
-    parts = [s.strip() for s in re.split(r"(?<=[.!?])\s+(?=[A-Z$\\(])", text)]
+def quotable_sentences(abstract: str) -> list[str]:
+    """The sentences of ``abstract`` an answer may quote, as a reader sees them (``plain_text``): exactly the
+    sentences the sources panel highlights and claims are checked against. Links to code or data answer
+    nothing, so they are left out."""
+    parts = sentences(plain_text(abstract))
     return [s for s in parts if len(s.split()) >= 4 and not re.search(r"https?://|github\.com|\bwww\.", s)]
 
 
@@ -333,10 +335,10 @@ def quote_candidates(
         (n, s)
         for n, (h, p) in enumerate(used, 1)
         if n == 1 or n in keep or h.score >= min_score
-        for s in _sentences(p.abstract)
+        for s in quotable_sentences(p.abstract)
     ]
     if not cands and used:
-        cands = [(1, used[0][1].abstract)]
+        cands = [(1, " ".join(plain_text(used[0][1].abstract).split()))]
     if not cands:
         return []
     q = np.asarray(embedder.embed_query(question))
@@ -448,9 +450,9 @@ def extractive_text(plan: QuotePlan, used: list[tuple[Hit, Paper]], settings: Se
     yield (f"{plan.caveat}; closest (quoted, no LLM):" if plan.caveat else intro) + "\n"
     for n, sentence in plan.lines:
         if plan.listing or plan.coverage.sides:
-            yield f"- {_inline(used[n - 1][1].title)} — {plain_text(sentence)} [{n}]\n"
+            yield f"- {_inline(used[n - 1][1].title)} — {sentence} [{n}]\n"
         else:
-            yield f"- {plain_text(sentence)} [{n}]\n"  # shown to a reader: LaTeX and Markdown rendered
+            yield f"- {sentence} [{n}]\n"  # as a reader sees it (``quotable_sentences``): LaTeX and Markdown rendered
 
 
 def analyse_sources(
@@ -520,12 +522,12 @@ def declined(text: str, cited: bool) -> bool:
     Such a sentence counts when it opens the answer without a citation of its own, or anywhere in
     an answer that cites nothing; a cited answer that notes one missing detail later is an answer.
     """
-    sentences = [x for x in re.split(r"(?<=[.!?])\s+", text.strip()) if x]
-    if not sentences:
+    said = sentences(text)
+    if not said:
         return False
-    if _REFUSAL.search(sentences[0]) and not CITE.search(sentences[0]):
+    if _REFUSAL.search(said[0]) and not CITE.search(said[0]):
         return True
-    return not cited and any(_REFUSAL.search(x) for x in sentences)
+    return not cited and any(_REFUSAL.search(x) for x in said)
 
 
 # The model's statement of what the abstracts don't answer (answer_system.txt asks for it on its own last line).

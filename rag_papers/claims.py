@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from rag_papers.corpus import plain_text
+from rag_papers.corpus import plain_text, sentences
 from rag_papers.keyword import keyword_tokens
 
 if TYPE_CHECKING:
@@ -29,8 +29,6 @@ if TYPE_CHECKING:
 
 # A citation, "[2]" or "[1, 3]": the one pattern, also the answer stage's streaming citation filter's.
 CITE = re.compile(r"\[(\s*\d+\s*(?:[,;]\s*\d+\s*)*)\]")
-# Sentence ends: a stop, then space, then what starts a sentence (a capital, a digit, a bracket, a quote, TeX).
-_SENT_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\"'$\\])")
 _CITES_AFTER_STOP = re.compile(r"([.!?])((?:\s*\[\s*\d+(?:\s*[,;]\s*\d+)*\s*\])+)")
 _LEAD = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+")  # a list line's bullet or number
 _TITLE_LEAD = re.compile(r"^\*\*[^*]{1,300}\*\*\s*[:\-–—]\s*")  # "**Title**: sentence" (an answer's list line)
@@ -49,11 +47,6 @@ class Claim:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def sentences(text: str) -> list[str]:
-    """An abstract's sentences: the units a claim is matched against and quoted as evidence."""
-    return [s.strip() for s in _SENT_END.split(" ".join(text.split())) if s.strip()]
 
 
 def split_claims(answer: str, skip: Sequence[str] = (), titles: Sequence[str] = ()) -> list[tuple[str, list[int]]]:
@@ -80,7 +73,7 @@ def split_claims(answer: str, skip: Sequence[str] = (), titles: Sequence[str] = 
                     body = body[len(lead) :].lstrip()[1:].lstrip()
                     break
         body = _CITES_AFTER_STOP.sub(lambda m: m.group(2) + m.group(1), body)  # "works. [2] Next" -> "works [2]. Next"
-        parts = [body.strip()] if bullet else [p.strip() for p in _SENT_END.split(body) if p.strip()]
+        parts = [body.strip()] if bullet else sentences(body)
         for part in parts:
             nums: list[int] = []
             for m in CITE.finditer(part):

@@ -31,8 +31,7 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from rag_papers.claims import sentences
-from rag_papers.corpus import STOPWORDS, plain_text
+from rag_papers.corpus import STOPWORDS, plain_text, sentences
 from rag_papers.keyword import keyword_tokens, paper_text
 from rag_papers.paths import load_words
 

@@ -469,8 +469,8 @@ def claim_study(engine: Any, questions: list[Question]) -> dict[str, Any]:
     claims); the flag's precision and recall are reported on test, at that floor and at the
     ``claim_floor`` setting.
     """
-    from rag_papers.claims import check_claims, sentences
-    from rag_papers.corpus import plain_text
+    from rag_papers.claims import check_claims
+    from rag_papers.corpus import plain_text, sentences
     from rag_papers.llm import ExtractiveBackend
 
     backend = ExtractiveBackend(engine.settings)

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from rag_papers import RagPapersError
 from rag_papers.config import Settings, TopK, Year, validation_message
-from rag_papers.corpus import Paper, safe_text
+from rag_papers.corpus import Paper, safe_text, sentences
 from rag_papers.index import Index
 from rag_papers.keyword import BM25_K1, keyword_tokens, lucene_idf, paper_text, useful_terms
 
@@ -629,5 +629,4 @@ def _ms(t: float) -> float:
 
 
 def _first_sentences(text: str, n: int = 2) -> str:
-    parts = re.split(r"(?<=[.!?])\s+", text)
-    return " ".join(parts[:n])
+    return " ".join(sentences(text)[:n])

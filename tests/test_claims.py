@@ -12,9 +12,9 @@ from typing import Any
 from conftest import FakeBackend, run_main
 
 from rag_papers.chat import Engine
-from rag_papers.claims import check_claims, sentences, split_claims
+from rag_papers.claims import check_claims, split_claims
 from rag_papers.config import Settings
-from rag_papers.corpus import plain_text
+from rag_papers.corpus import plain_text, sentences
 
 ABBA = "what does ABBA claim?"
 

@@ -6,6 +6,8 @@ plain blank-line split), never from running the readers and pasting what they pr
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import json
 import os
 import re
@@ -22,7 +24,9 @@ from rag_papers.corpus import (
     CorpusError,
     content_hash,
     derive_title,
+    plain_text,
     read_file,
+    sentences,
     to_paper,
     validate,
 )
@@ -496,3 +500,137 @@ def test_one_clip_rule_cuts_at_characters_or_at_a_whole_word() -> None:
     assert clip(text, 12, words=True) == "alpha beta…"  # the cut falls right after a word: it stays
     for n in range(2, 24):
         assert len(clip(text, n)) <= n and len(clip(text, n, words=True)) <= n
+
+
+# ----------------------------------------------------------------------------- the package's layout (issue 27)
+PACKAGE = Path(__file__).resolve().parent.parent / "rag_papers"
+CORPUS = PACKAGE / "corpus"
+# What a module of rag_papers/corpus may import besides the standard library and the corpus modules: the export
+# formats' parsers, and of rag_papers only the package root (RagPapersError) and where the word lists lie.
+PARSERS = {"bibtexparser", "rispy", "pylatexenc"}
+OURS = {"rag_papers", "rag_papers.paths"}
+
+
+def corpus_modules() -> dict[str, Path]:
+    """Every module of rag_papers/corpus by its dotted name."""
+    out = {}
+    for f in sorted(CORPUS.rglob("*.py")):
+        parts = f.relative_to(PACKAGE.parent).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
+    return out
+
+
+def is_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def imported(module: str, path: Path) -> list[str]:
+    """The modules ``path`` imports, function-level imports too: ``from p import m`` of a module m is ``p.m``."""
+    out: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out.extend(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+            for _ in range(node.level - 1):
+                base = base.rsplit(".", 1)[0]
+            name = (f"{base}.{node.module}" if node.module else base) if node.level else str(node.module)
+            out.extend(f"{name}.{a.name}" if is_module(f"{name}.{a.name}") else name for a in node.names)
+    return out
+
+
+def test_the_corpus_package_imports_only_the_stdlib_its_parsers_and_itself_without_a_cycle() -> None:
+    """rag_papers/corpus stands alone: no module of it imports the rest of rag_papers (the index, the UI,
+    pydantic settings), its modules import each other by name (never the package, which re-exports them),
+    and no two of them import each other round a cycle."""
+    modules = corpus_modules()
+    assert {"rag_papers.corpus.text", "rag_papers.corpus.readers.base", "rag_papers.corpus.read"} <= set(modules)
+    packages = {m for m, f in modules.items() if f.name == "__init__.py"}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        where = path.relative_to(PACKAGE.parent)
+        deps = imported(name, path)
+        for dep in deps:
+            top = dep.split(".")[0]
+            assert top in sys.stdlib_module_names or top in PARSERS or dep in OURS or dep in modules, (where, dep)
+            assert name in packages or dep not in packages, f"{where} imports the package {dep}: import the module"
+        graph[name] = {d for d in deps if d in modules and d not in packages}
+
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for d in sorted(graph[m]):
+            assert state.get(d) != 1, f"import cycle: {' -> '.join([*path, m, d])}"
+            if d not in state:
+                visit(d, [*path, m])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [])
+
+
+def test_no_module_but_corpus_text_splits_sentences_of_its_own() -> None:
+    """One sentence splitter (``corpus.text.sentences``): issue 27 found nine regex splitters in seven modules,
+    and a quote the answer cut one way that the panel cut another was never highlighted."""
+    own = CORPUS / "text.py"
+    found = [
+        f"{f.relative_to(PACKAGE.parent)}:{n}"
+        for f in sorted(PACKAGE.rglob("*.py"))
+        if f != own
+        for n, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1)
+        if "(?<=[.!?])" in line
+    ]
+    assert found == []
+    assert "(?<=[.!?])" in own.read_text(encoding="utf-8")
+    assert not (PACKAGE / "formats.py").exists() and not (PACKAGE / "corpus.py").exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("We use e.g. the model. It works.", ["We use e.g. the model.", "It works."]),
+        ("Both, i.e. a and b. Then more.", ["Both, i.e. a and b.", "Then more."]),
+        ("Smith et al. show it. Next one.", ["Smith et al. show it.", "Next one."]),
+        ("It gains 3.5 points. 12 more follow.", ["It gains 3.5 points.", "12 more follow."]),
+        ("Models (e.g. BERT) cf. GPT vs. T5 work. Done.", ["Models (e.g. BERT) cf. GPT vs. T5 work.", "Done."]),
+        (
+            'Ends! "Quoted" next? (Paren) yes. $x$ is. \\alpha too.',
+            ["Ends!", '"Quoted" next?', "(Paren) yes.", "$x$ is.", "\\alpha too."],
+        ),
+        ("A  wrapped\nsentence. and lower-case after a stop.", ["A wrapped sentence. and lower-case after a stop."]),
+        ("", []),
+    ],
+)
+def test_the_one_sentence_splitter(text: str, expected: list[str]) -> None:
+    assert sentences(text) == expected
+
+
+def test_every_sentence_an_answer_can_quote_is_one_sentence_the_panel_highlights() -> None:
+    """The invariant behind the one splitter: an extractive answer quotes a sentence of an abstract as a reader
+    sees it, and the sources panel, cutting the same abstract, marks exactly that sentence "quoted"."""
+    from rag_papers.answer import QuotePlan, extractive_text, quotable_sentences
+    from rag_papers.retrieve import Hit
+    from rag_papers.ui.render import marked_sentences
+
+    def norm(s: str) -> str:
+        return " ".join(s.split()).lower()
+
+    settings = Settings()
+    papers = [to_paper(rec) for f in SEED_FILES for rec in read_file(f)]
+    assert len(papers) == 38
+    quoted = 0
+    for paper in papers:
+        used = [(Hit(paper.id, paper.title, 1.0, 1.0, 0.0, ""), paper)]
+        shown = plain_text(paper.abstract)  # what the panel cuts (ui/render.py: _panel_body)
+        for sentence in quotable_sentences(paper.abstract):
+            for listing in (False, True):  # "- sentence [1]", and "- Title — sentence [1]" in a list of papers
+                answer = "".join(extractive_text(QuotePlan([(1, sentence)], listing), used, settings))
+                marked = [s for kind, s in marked_sentences(shown, "", answer) if kind == "quoted"]
+                assert [norm(s) for s in marked] == [norm(sentence)], (paper.title, sentence, marked)
+            quoted += 1
+    assert quoted > 38 * 4

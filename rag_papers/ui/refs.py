@@ -7,20 +7,17 @@ link is offered only for an http(s) address, so a ``javascript:`` or ``data:`` "
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from rag_papers.corpus import Paper, plain_text
+from rag_papers.corpus import Paper, plain_text, sentences
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\[$\\])")
 FIRST_SENTENCE_CHARS = 240
 
 
 def first_sentence(abstract: str, limit: int = FIRST_SENTENCE_CHARS) -> str:
     """The abstract's first sentence as it reads (LaTeX rendered), cut to ``limit`` characters."""
-    text = " ".join(plain_text(abstract).split())
-    head = _SENTENCE_END.split(text, maxsplit=1)[0]
+    head = next(iter(sentences(plain_text(abstract))), "")
     return head if len(head) <= limit else head[: limit - 1].rstrip() + "…"
 
 

@@ -22,7 +22,7 @@ import jinja2
 import markupsafe
 
 from rag_papers import __version__
-from rag_papers.corpus import Paper, clip, plain_text
+from rag_papers.corpus import Paper, clip, plain_text, sentences
 from rag_papers.retrieve import Hit
 from rag_papers.ui.refs import PaperInfo, first_sentence, paper_info, reference_line
 from rag_papers.ui.state import Exchange, UIState
@@ -246,7 +246,7 @@ def marked_sentences(abstract: str, passage: str, quoted: str = "") -> list[tupl
 
     p, q = norm(passage), norm(quoted)
     out: list[tuple[str, str]] = []
-    for sentence in re.split(r"(?<=[.!?])\s+", abstract.strip()):
+    for sentence in sentences(abstract):
         ns = norm(sentence)
         if len(ns) > 12 and q and ns in q:
             out.append(("quoted", sentence))
