@@ -574,6 +574,18 @@ def test_the_corpus_package_imports_only_the_stdlib_its_parsers_and_itself_witho
             visit(m, [])
 
 
+def test_pyproject_lists_every_package_of_rag_papers() -> None:
+    """setuptools installs only the packages pyproject.toml lists: a subpackage left out (corpus/readers) would be
+    missing from the wheel while every test run from the checkout passes (tests/test_packaging.py builds one)."""
+    import tomllib
+
+    listed = set(
+        tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"]
+    )
+    found = {".".join(f.parent.relative_to(PACKAGE.parent).parts) for f in PACKAGE.rglob("__init__.py")}
+    assert {"rag_papers.corpus", "rag_papers.corpus.readers"} <= found <= listed
+
+
 def test_no_module_but_corpus_text_splits_sentences_of_its_own() -> None:
     """One sentence splitter (``corpus.text.sentences``): issue 27 found nine regex splitters in seven modules,
     and a quote the answer cut one way that the panel cut another was never highlighted."""

@@ -189,6 +189,14 @@ def test_a_wheel_installed_outside_the_repo_ingests_and_answers(tmp_path: Path, 
         for f in (PROJECT_ROOT / "rag_papers" / "ui" / folder).iterdir():
             assert f"rag_papers/ui/{folder}/{f.name}" in names, f
     assert not any(n.startswith(("prompts/", "seeds/", "eval/", "tests/")) for n in names)
+    # Every module of the corpus package and its readers (packages pyproject.toml must list), and every word list.
+    corpus = list((PROJECT_ROOT / "rag_papers" / "corpus").rglob("*.py"))
+    assert {"rag_papers/corpus/__init__.py", "rag_papers/corpus/readers/__init__.py"} <= names
+    for f in corpus:
+        assert f.relative_to(PROJECT_ROOT).as_posix() in names, f
+    for f in (PROJECT_ROOT / "rag_papers" / "words").iterdir():
+        assert f"rag_papers/words/{f.name}" in names, f
+    assert {f"rag_papers/words/{w}.txt" for w in ("stopwords", "generic_words", "generic_acronyms")} <= names
 
 
 def test_an_editable_install_reads_the_top_level_folders(tmp_path: Path, _model_cache: Path) -> None:
