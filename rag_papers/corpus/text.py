@@ -15,7 +15,7 @@ from rag_papers.paths import load_words
 # English stop words (rag_papers/words/stopwords.txt): left out of keyword matching, topic phrases and aspects.
 STOPWORDS = load_words("stopwords")
 
-# --------------------------------------------------------------------------- text
+# ---------------------------------------------------------------------- safe to store and print
 # Characters that must never reach a terminal raw, in stored text or in what the CLI prints:
 # - C0 and C1 controls and DEL: ESC starts ANSI sequences (colours, cursor moves, clearing the
 #   screen, setting the window title), BEL rings, BS and CR overwrite what was printed;

@@ -16,6 +16,7 @@ from rag_papers.paths import load_words
 GENERIC_WORDS = load_words("generic_words")
 # Acronyms of the field or of common techniques, never a coined name (rag_papers/words/generic_acronyms.txt).
 GENERIC_ACRONYMS = load_words("generic_acronyms")
+
 _INTRO = re.compile(
     r"\b(?:we|this (?:work|paper)|our)\b[^.]*?\b(?:propose|introduce|present|develop|design|call|name|dub|term|coin)\w*",
     re.IGNORECASE,
