@@ -32,11 +32,11 @@ class Engine:
     def __init__(self, settings: Settings, index: Index | None = None) -> None:
         self.settings = settings
         self.index = index or Index(settings)
-        self.index.check_model()
+        self.index.store.check_model()
         t0 = time.perf_counter()
         # Open the vector store now (one line if it cannot serve this registry: `rag-papers repair`
         # fixes that) and load the model, so query timings measure queries only.
-        self.index.check_vectors()
+        self.index.store.check_vectors()
         self.index.embedder  # noqa: B018
         self.index.embedder2  # noqa: B018 - the second model (embed_model_2), if any
         self.load_ms = round((time.perf_counter() - t0) * 1000, 1)

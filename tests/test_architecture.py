@@ -34,10 +34,11 @@ def import_graph(root: Path, package: str) -> Graph:
     for name, path in files.items():
         here = name if path.name == "__init__.py" else name.rpartition(".")[0]
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-            targets: list[str] = []
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
+            else:
                 base = node.module or ""
                 if node.level:  # relative: from the package this module is in, up level - 1
                     up = here.split(".")[: len(here.split(".")) - node.level + 1]

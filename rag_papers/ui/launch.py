@@ -252,6 +252,7 @@ def launch(
     A public address without a login is refused before anything is loaded (``check_exposure``).
     """
     from rag_papers.index import Index
+    from rag_papers.ingest import Ingester
 
     check_exposure(settings, insecure_no_auth)  # also reads and checks the login: fail before loading anything
     auth = resolve_auth(settings)
@@ -261,7 +262,7 @@ def launch(
     index = Index(settings)
     if index.count() == 0:
         print(f"The index at {settings.home} is empty: ingesting {settings.seeds_dir} first…", flush=True)
-        report = index.ingest([settings.seeds_dir], show_progress=True)
+        report = Ingester(index.store).ingest([settings.seeds_dir], show_progress=True)
         print(f"{report.total} papers indexed in {report.seconds:.1f} s", flush=True)
     engine = Engine(settings, index)
     print(f"Loading the embedding model ({settings.embed_model})…", flush=True)

@@ -2,7 +2,7 @@
 
 Why it is built this way:
 
-* One code path with the CLI. An upload is ``Index.ingest`` over the files, a removal ``Index.remove``, and
+* One code path with the CLI. An upload is ``Ingester.ingest`` over the files, a removal ``Ingester.remove``, and
   the line shown is the one the CLI prints (``IngestReport.summary``, ``removal_line``). Every format the
   CLI reads is read, by the same readers; a record without an abstract is skipped and counted.
 * All or nothing per upload. ``ingest`` reads every file of a call through before it writes anything, so
@@ -18,12 +18,13 @@ Why it is built this way:
 * Who may write: behind a login, whoever signed in (gradio asks for it on every route, uploads included);
   without one, only when no other machine can reach the app. An open public server (``--insecure-no-auth``)
   only reads: the tab says so and the handlers refuse.
-* The open chat searches the same ``Index``: its next question sees the papers added, and no longer the
-  papers removed, without a restart.
+* The open chat searches the same ``Store`` the writes go to (its ``Index``'s): its next question sees the
+  papers added, and no longer the papers removed, without a restart.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import shutil
 import tempfile
@@ -41,7 +42,7 @@ from rag_papers.config import Settings
 from rag_papers.corpus import SUPPORTED_SUFFIXES
 from rag_papers.formats import FORMATS
 from rag_papers.index import Index
-from rag_papers.ingest import removal_line
+from rag_papers.ingest import Ingester, removal_line
 from rag_papers.ui.papers import PapersTab, picks
 from rag_papers.ui.render import _macro
 
@@ -52,7 +53,7 @@ MAX_PICKED = 1000  # papers selected for one removal (the selection is kept in t
 CONFIRM_LISTED = 10  # papers named in the confirmation; the rest are counted
 BUSY = "Another upload or removal is under way in this app; wait for it to finish."
 # gradio shows a bar for a handler whose parameter defaults to a Progress: this one follows the ingest's
-# own tqdm bar (``ingest.progress_bar``), so the page shows the papers embedded so far, with no second count.
+# own tqdm bar (``progress.progress_bar``), so the page shows the papers embedded so far, with no second count.
 TRACK_INGEST = gr.Progress(track_tqdm=True)
 READ_ONLY = (
     "Adding and removing papers needs a login: this server is open to other machines without one "
@@ -101,6 +102,12 @@ class Library:
         self.writable = writable
         self._lock = threading.Lock()
 
+    @functools.cached_property
+    def writer(self) -> Ingester:
+        """The writes to the store the app reads, as the CLI makes them; made at the first write (under the
+        lock), so an app that only reads never has one."""
+        return Ingester(self.index.store)
+
     # ------------------------------------------------------------------ add
     def check(self, paths: list[Path]) -> str | None:
         """Why these files cannot be taken (type, size), before anything is copied or read; None if they can."""
@@ -144,7 +151,7 @@ class Library:
             yield self._said(f"Checking {n} file{'s' if n != 1 else ''}, then adding the papers…", "busy", keep=True)
             folder = self._keep(paths)
             try:
-                report = self.index.ingest(sorted(folder.iterdir()), show_progress=True)
+                report = self.writer.ingest(sorted(folder.iterdir()), show_progress=True)
             except Exception as exc:  # noqa: BLE001 - one line in the tab; the app keeps serving
                 self._drop_unless_used(folder)
                 if isinstance(exc, RagPapersError):
@@ -229,7 +236,7 @@ class Library:
         return html, gr.update(visible=True), ""
 
     def remove(self, view: Any, picked: Any) -> tuple[Any, ...]:
-        """Confirmed: the selected papers removed (``Index.remove``, as ``rag-papers remove``).
+        """Confirmed: the selected papers removed (``Ingester.remove``, as ``rag-papers remove``).
 
         Returns (notice, list, view, selection, Remove button, confirm box, brand, index line).
         """
@@ -246,7 +253,7 @@ class Library:
         if not self._lock.acquire(blocking=False):
             return said(BUSY)
         try:
-            n = self.index.remove(ids)
+            n = self.writer.remove(ids)
             left = self.index.count()
         except Exception as exc:  # noqa: BLE001 - one line in the tab; the app keeps serving
             if not isinstance(exc, RagPapersError):
