@@ -43,6 +43,7 @@ from rag_papers.corpus import SUPPORTED_SUFFIXES
 from rag_papers.formats import FORMATS
 from rag_papers.index import Index
 from rag_papers.ingest import Ingester, removal_line
+from rag_papers.ui.access import is_loopback, resolve_auth
 from rag_papers.ui.papers import PapersTab, picks
 from rag_papers.ui.render import _macro
 
@@ -63,8 +64,6 @@ READ_ONLY = (
 
 def writes_allowed(settings: Settings) -> bool:
     """Whether the browser may add and remove papers: behind a login, or where only this machine can reach it."""
-    from rag_papers.ui.launch import is_loopback, resolve_auth  # launch builds the app: imported at call time
-
     try:
         return resolve_auth(settings) is not None or is_loopback(settings.host)
     except RagPapersError:  # a bad login setting: launch refuses it before building; here, read only
