@@ -215,7 +215,7 @@ class Ingester:
         self.space = SpaceCheck(store.settings)
 
     def _bump_vector_epoch(self) -> None:
-        """Tell readers in other processes that the vector store was rebuilt or set aside (see ``_watch``)."""
+        """Tell readers in other processes that the vector store was rebuilt or set aside (see ``Store._watch``)."""
         with self._registry_write(), self.db:
             self.db.execute("INSERT OR REPLACE INTO meta VALUES ('vector_epoch', ?)", (f"{time.time():.6f}",))
 

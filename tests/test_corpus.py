@@ -260,7 +260,7 @@ def test_seeded_index_uses_the_derived_titles(seeded: Settings) -> None:
     index.close()
 
 
-# ------------------------------------------------------------------- dedupe via Index.ingest
+# ------------------------------------------------------------------- dedupe via Ingester.ingest
 @pytest.fixture
 def small_index(settings: Settings, embedder: object) -> Iterator[Index]:
     index = Index(settings, embedder=embedder)  # type: ignore[arg-type]
