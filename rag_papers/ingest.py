@@ -1,8 +1,8 @@
 """Ingest stage: validate, chunk, embed and store papers; remove them; repair and verify the stores.
 
 The write side of an open data directory (a ``rag_papers.store.Store``; the read side,
-``rag_papers.index.Index``, is not known here). Order of writes, so that a kill at any point leaves the
-previous index usable and a rerun resumes: a batch's ids go to ``pending`` first, then
+``rag_papers.index.Index``, is not known here). Order of writes, so that a kill at any
+point leaves the previous index usable and a rerun resumes: a batch's ids go to ``pending`` first, then
 its vectors to the vector store and its tokens to the tantivy copy, then one registry
 transaction makes the papers visible. Vectors and the keyword index are derived data:
 ``repair`` rebuilds them from the registry alone. With a second embedding model
