@@ -37,7 +37,7 @@ def collect(settings: Settings, qa: Path) -> tuple[list[Q], int, float]:
     """Per question: each candidate's dense score, head and best-chunk cosine, and its query terms' counts."""
     engine = Engine(settings)
     index = engine.index
-    rows = index.db.execute("SELECT id, title, abstract FROM papers").fetchall()
+    rows = index.store.db.execute("SELECT id, title, abstract FROM papers").fetchall()
     toks = {pid: paper_text(title, abstract).split() for pid, title, abstract in rows}
     df: Counter[str] = Counter()
     for t in toks.values():

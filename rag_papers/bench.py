@@ -190,9 +190,11 @@ def _load_index(args: dict[str, Any]) -> tuple[Any, Any, float]:
 
 
 def w_ours_ingest(args: dict[str, Any]) -> dict[str, Any]:
+    from rag_papers.ingest import Ingester
+
     settings, index, load_s = _load_index(args)
     t0 = time.perf_counter()
-    report = index.ingest([Path(args["corpus"])], show_progress=bool(args.get("progress")))
+    report = Ingester(index.store).ingest([Path(args["corpus"])], show_progress=bool(args.get("progress")))
     secs = time.perf_counter() - t0
     return {
         "model_load_s": round(load_s, 3),

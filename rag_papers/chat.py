@@ -18,9 +18,9 @@ from rag_papers.config import Settings
 from rag_papers.corpus import STOPWORDS, clip
 from rag_papers.coverage import comparison_sides
 from rag_papers.index import Index
-from rag_papers.keyword import keyword_tokens, paper_text
+from rag_papers.keyword import QUERY_BOILERPLATE, keyword_tokens, paper_text
 from rag_papers.llm import Backend, LLMError, get_backend
-from rag_papers.retrieve import QUERY_BOILERPLATE, Filters, Hit, Retriever, SearchResult
+from rag_papers.retrieve import Filters, Hit, Retriever, SearchResult
 
 LIST_TOP_K = 10  # papers a "which papers ..." question retrieves at least, to list every one above the floor
 SIDE_TOP_K = 3  # hits searched for each side of a comparison, for the first that names it
@@ -32,11 +32,11 @@ class Engine:
     def __init__(self, settings: Settings, index: Index | None = None) -> None:
         self.settings = settings
         self.index = index or Index(settings)
-        self.index.check_model()
+        self.index.store.check_model()
         t0 = time.perf_counter()
         # Open the vector store now (one line if it cannot serve this registry: `rag-papers repair`
         # fixes that) and load the model, so query timings measure queries only.
-        self.index.check_vectors()
+        self.index.store.check_vectors()
         self.index.embedder  # noqa: B018
         self.index.embedder2  # noqa: B018 - the second model (embed_model_2), if any
         self.load_ms = round((time.perf_counter() - t0) * 1000, 1)

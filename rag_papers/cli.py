@@ -410,15 +410,15 @@ def _read_queries(path: Path) -> list[str]:
     return queries
 
 
-# The indexes the running command opened, closed by ``main`` when it ends. A process releases them on exit
-# anyway; ``main`` also runs in-process (the tests call it many times in one process), where an index left
-# open would keep its files, threads and chromadb's cached client for that folder alive into the next command.
+# The indexes and stores the running command opened, closed by ``main`` when it ends. A process releases them
+# on exit anyway; ``main`` also runs in-process (the tests call it many times in one process), where an index
+# left open would keep its files, threads and chromadb's cached client for that folder alive into the next command.
 _OPENED: list[Any] = []
 
 
-def _opened(index: Any) -> Any:
-    _OPENED.append(index)
-    return index
+def _opened(opened: Any) -> Any:
+    _OPENED.append(opened)
+    return opened
 
 
 def _close_opened() -> None:
@@ -449,7 +449,8 @@ def _check_reranker(settings: Settings) -> None:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from rag_papers.index import Index
+    from rag_papers.ingest import Ingester
+    from rag_papers.store import Store
 
     settings = settings_from(args)
     paths = args.paths or [settings.seeds_dir]
@@ -460,12 +461,12 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
         validate(expand_paths(paths))
         resolve_model_path(settings.embed_model, settings.models_dir)  # a model it cannot get must not cost the index
-    index = _opened(Index(settings, rebuild=args.rebuild))
-    report = index.ingest(paths, rebuild=args.rebuild, show_progress=not args.no_progress and not args.json)
+    store = _opened(Store(settings, rebuild=args.rebuild))
+    report = Ingester(store).ingest(paths, rebuild=args.rebuild, show_progress=not args.no_progress and not args.json)
     if args.json:
-        print(json.dumps({**report.to_dict(), "notes": index.notes}))
+        print(json.dumps({**report.to_dict(), "notes": store.notes}))
         return 0
-    for note in index.notes:
+    for note in store.notes:
         print(_safe(f"rag-papers: {note}"), file=sys.stderr)
     for given, indexed_as in report.renamed[:10]:
         print(
@@ -514,18 +515,19 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 
 
 def cmd_repair(args: argparse.Namespace) -> int:
-    from rag_papers.index import Index
+    from rag_papers.ingest import Ingester
+    from rag_papers.store import Store
 
     settings = settings_from(args)
-    index = _opened(Index(settings))
-    report = index.repair(show_progress=not args.no_progress and not args.json)
+    store = _opened(Store(settings))
+    report = Ingester(store).repair(show_progress=not args.no_progress and not args.json)
     if args.json:
-        print(json.dumps({**report.to_dict(), "notes": index.notes}))
+        print(json.dumps({**report.to_dict(), "notes": store.notes}))
         return 0
-    for note in index.notes:
+    for note in store.notes:
         print(_safe(f"rag-papers: {note}"), file=sys.stderr)
     print(
-        f"checked {report.papers:,} papers against the vector store at {index.vectors.location}: "
+        f"checked {report.papers:,} papers against the vector store at {store.vectors.location}: "
         f"{report.reembedded:,} re-embedded ({report.chunks:,} chunks) in {report.seconds:.1f} s"
     )
     return 0
@@ -677,13 +679,13 @@ def cmd_papers(args: argparse.Namespace) -> int:
 
 def cmd_remove(args: argparse.Namespace) -> int:
     from rag_papers.index import Index
-    from rag_papers.ingest import removal_line
+    from rag_papers.ingest import Ingester, removal_line
 
     index = _opened(Index(settings_from(args)))
     missing = [i for i in args.ids if i not in index.get(args.ids)]
     if missing:
         raise RagPapersError(f"no paper with id {', '.join(missing)}; nothing removed")
-    n = index.remove(args.ids)
+    n = Ingester(index.store).remove(args.ids)
     print(removal_line(n, index.count()))  # numbers only
     return 0
 
@@ -707,23 +709,23 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from rag_papers.index import Index
     from rag_papers.llm import get_backend
+    from rag_papers.store import Store
 
     settings = settings_from(args)
-    index = _opened(Index(settings))
+    store = _opened(Store(settings))
     backend, note = get_backend(settings, AUTO)
     try:
-        index.check_vectors()
+        store.check_vectors()
         vectors = "in step with the registry"
     except RagPapersError as exc:  # info reports the state of things; it does not fail on it
         vectors = str(exc)
-    recorded = index.recorded_second_model()
+    recorded = store.recorded_second_model()
     info = {
         "version": __version__,
         "home": str(settings.home),
         "store": settings.chroma_url or str(settings.chroma_dir),
-        "papers": index.count(),
+        "papers": store.count(),
         "vectors": vectors,
         "model_cache": str(settings.models_dir),
         "embed_model": settings.embed_model,

@@ -32,7 +32,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from rag_papers.corpus import STOPWORDS, plain_text, sentences
-from rag_papers.keyword import keyword_tokens, paper_text
+from rag_papers.keyword import QUERY_BOILERPLATE, keyword_tokens, paper_text
 from rag_papers.paths import load_words
 
 if TYPE_CHECKING:
@@ -207,8 +207,6 @@ class Coverage:
 # ------------------------------------------------------------------ splitting the question
 @lru_cache(maxsize=1)
 def _boiler_stems() -> frozenset[str]:
-    from rag_papers.retrieve import QUERY_BOILERPLATE
-
     words = BOILERPLATE | QUERY_BOILERPLATE | STOPWORDS
     return frozenset(t for w in words for t in keyword_tokens(w)) | frozenset(words)
 

@@ -184,7 +184,7 @@ def _quality(engine: Any, opened: list[Any]) -> Ranker:
     from rag_papers.config import PRESETS
 
     wanted = PRESETS["quality"]["embed_model_2"]
-    recorded = engine.index.recorded_second_model()
+    recorded = engine.index.store.recorded_second_model()
     if recorded != wanted:
         raise ConfigUnavailable(
             f"the index has no {wanted} vectors: ingest with `--preset quality` (pip install 'rag-papers[mpnet]')"

@@ -521,7 +521,7 @@ class Fetch:
         return seen
 
     def run(self, show_progress: bool, on_resume: Callable[[int, int], None] | None = None) -> FetchResult:
-        from rag_papers.ingest import progress_bar
+        from rag_papers.progress import progress_bar
 
         t0 = time.perf_counter()
         http = Http(self.source.settings, self.source.interval, self.source.accept)

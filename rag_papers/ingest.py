@@ -1,7 +1,8 @@
 """Ingest stage: validate, chunk, embed and store papers; remove them; repair and verify the stores.
 
-The write side of an index. Order of writes, so that a kill at any point leaves the
-previous index usable and a rerun resumes: a batch's ids go to ``pending`` first, then
+The write side of an open data directory (a ``rag_papers.store.Store``; the read side,
+``rag_papers.index.Index``, is not known here). Order of writes, so that a kill at any
+point leaves the previous index usable and a rerun resumes: a batch's ids go to ``pending`` first, then
 its vectors to the vector store and its tokens to the tantivy copy, then one registry
 transaction makes the papers visible. Vectors and the keyword index are derived data:
 ``repair`` rebuilds them from the registry alone. With a second embedding model
@@ -15,13 +16,12 @@ import json
 import os
 import shutil
 import sqlite3
-import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rag_papers import RagPapersError
 from rag_papers.config import SCHEMA_VERSION, Settings
@@ -36,16 +36,19 @@ from rag_papers.corpus import (
     to_paper,
     validate,
 )
-from rag_papers.keyword import KEYWORD_VERSION, paper_text
+from rag_papers.keyword import paper_text
+from rag_papers.progress import progress_bar
 from rag_papers.registry import (
     damaged_error,
     drop_old_keyword_tables,
     in_batches,
     quick_check,
+    read_papers,
     registry_error,
     registry_write,
     writing,
 )
+from rag_papers.store import Store
 from rag_papers.vectors import (
     MODEL_KINDS,
     DiskFullError,
@@ -58,9 +61,6 @@ from rag_papers.vectors import (
     mb,
     tree_bytes,
 )
-
-if TYPE_CHECKING:
-    from rag_papers.index import Index
 
 
 def chunk_texts(abstract: str, chunk_tokens: int, overlap: int, tokenize: Callable[[str], list[int]]) -> list[str]:
@@ -199,34 +199,23 @@ def node_meta(paper: Paper, chunk: int) -> dict[str, Any]:
     return meta
 
 
-def progress_bar(total: int | None, desc: str, enabled: bool, unit: str = "abstract", initial: int = 0) -> Any:
-    """tqdm on stderr with rate and ETA; silent when not wanted or not a terminal in tests. One style for
-    every long step (ingest, repair, fetch); ``initial`` is what a resumed step had done already."""
-    if not enabled:
-        return None
-    from tqdm import tqdm
-
-    return tqdm(
-        total=total, desc=desc, unit=unit, initial=initial, file=sys.stderr, dynamic_ncols=True, mininterval=0.5
-    )
-
-
 class Ingester:
-    """Every write to one open ``Index``: ``ingest``, ``remove``, ``repair``, ``clear``.
+    """Every write to one open data directory: ``ingest``, ``remove``, ``repair``, ``clear``.
 
-    It writes through the index's registry connection and stores, and tells the index to
-    re-read its counts afterwards (``Index.forget_counts``); reads stay on ``Index``.
+    It writes through the store's registry connection, vectors and keyword index, and has the store
+    re-read its counts afterwards (``Store.forget_counts``), so that an ``Index`` over the same store
+    (or another process's, through the store's watch) sees the change; searches are ``Index``'s.
     """
 
-    def __init__(self, index: Index) -> None:
-        self.index = index
-        self.settings = index.settings
-        self.db = index.db
-        self.notes = index.notes
-        self.space = SpaceCheck(index.settings)
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.settings = store.settings
+        self.db = store.db
+        self.notes = store.notes  # the store's own list: a command prints them after the write
+        self.space = SpaceCheck(store.settings)
 
     def _bump_vector_epoch(self) -> None:
-        """Tell readers in other processes that the vector store was rebuilt or set aside (see ``_watch``)."""
+        """Tell readers in other processes that the vector store was rebuilt or set aside (see ``Store._watch``)."""
         with self._registry_write(), self.db:
             self.db.execute("INSERT OR REPLACE INTO meta VALUES ('vector_epoch', ?)", (f"{time.time():.6f}",))
 
@@ -241,12 +230,12 @@ class Ingester:
         if problem is not None:
             raise damaged_error(self.settings.db_path, problem)
         try:
-            self.index.verify_keyword(full=True)  # every file against tantivy's checksums, not only new ones
-            self.index.kw_store.lock()
+            self.store.verify_keyword(full=True)  # every file against tantivy's checksums, not only new ones
+            self.store.kw_store.lock()
             with writing(self.settings.db_path):
                 return self._repair(show_progress, full=True)
         finally:
-            self.index.release_writer()
+            self.store.release_writer()
 
     def _adopt_second_model(self) -> bool:
         """Start keeping ``embed_model_2``'s vectors in an index that has none (True when it did).
@@ -257,11 +246,11 @@ class Ingester:
         already recorded is ``check_model``'s error, never replaced.
         """
         wanted = self.settings.embed_model_2
-        if not wanted or self.index._meta("embed_model_2") == wanted:
+        if not wanted or self.store.meta("embed_model_2") == wanted:
             return False
-        self.index.check_model()
+        self.store.check_model()
         try:
-            self.index.vectors.drop(MODEL_KINDS[1])
+            self.store.vectors.drop(MODEL_KINDS[1])
         except VectorStoreError as exc:
             if not exc.damaged:
                 raise  # a damaged store is set aside (whole) by the probe that follows
@@ -272,32 +261,32 @@ class Ingester:
     def _repair(self, show_progress: bool, full: bool) -> RepairReport:
         """``full``: check every paper; otherwise only when the counts or a sample say something is missing."""
         t0 = time.perf_counter()
-        report = RepairReport(papers=self.index.count())
+        report = RepairReport(papers=self.store.count())
         adding = self._adopt_second_model()
         try:
-            self.index.vectors.probe()
+            self.store.vectors.probe()
         except VectorStoreError as exc:
             if not exc.damaged:
                 raise  # busy, slow or away: nothing to rebuild, and nothing is set aside for it
-            self.index.vectors.reopen()  # once more from a fresh client before deciding
+            self.store.vectors.reopen()  # once more from a fresh client before deciding
             try:
-                self.index.vectors.probe()
+                self.store.vectors.probe()
             except VectorStoreError as again:
                 if not again.damaged:
                     raise
                 if self.settings.chroma_url and not full:
                     raise  # a server's collections are deleted only by an explicit `repair`
-                report.moved_aside = self.index.vectors.move_aside()
+                report.moved_aside = self.store.vectors.move_aside()
                 self.notes.append(f"{report.moved_aside}; rebuilding it from the registry")
                 self._bump_vector_epoch()
-        self.index.check_model()
+        self.store.check_model()
         self._drop_unfinished()
         self._sync_keyword(show_progress)
-        if full or report.moved_aside or self.index.vector_gaps() is not None:
+        if full or report.moved_aside or self.store.vector_gaps() is not None:
             report.checked = True
             desc = f"embed with {self.settings.embed_model_2}" if adding else "repair vectors"
             progress = progress_bar(report.papers, desc, show_progress and report.papers > 0)
-            models = self.index.vectors.models()
+            models = self.store.vectors.models()
             batch_size = max(8, self.settings.embed_batch_size // 2)
             last = 0
             while True:
@@ -334,7 +323,7 @@ class Ingester:
                 else:
                     self.notes.append(
                         f"re-embedded {report.reembedded:,} papers ({report.chunks:,} chunks) from the registry into "
-                        f"the vector store at {self.index.vectors.location}"
+                        f"the vector store at {self.store.vectors.location}"
                     )
         report.seconds = round(time.perf_counter() - t0, 3)
         return report
@@ -347,8 +336,8 @@ class Ingester:
             for r in self.db.execute(f"SELECT id, n_chunks FROM papers WHERE id IN ({marks})", part)
         }
         chunks_of, docs_of = kinds(model)
-        docs = self.index.vectors.existing(docs_of, [f"{pid}:doc" for pid in ids])
-        chunks = self.index.vectors.existing(
+        docs = self.store.vectors.existing(docs_of, [f"{pid}:doc" for pid in ids])
+        chunks = self.store.vectors.existing(
             chunks_of, [f"{pid}:{i}" for pid in ids for i in range(n_chunks.get(pid, 1))]
         )
         return [
@@ -360,7 +349,7 @@ class Ingester:
     def _reembed(self, paper_ids: list[str], models: Sequence[int] = (0,)) -> int:
         """Embed these registered papers again from their chunk texts with ``models`` (re-chunking any that have
         none, which then need every model's vectors anew); returns passages embedded, once per model."""
-        papers = self.index.get(paper_ids)
+        papers = read_papers(self.store.conn(), paper_ids)
         texts: dict[str, list[str]] = {}
         for part, marks in in_batches(paper_ids):
             for pid, _, text in self.db.execute(
@@ -379,9 +368,9 @@ class Ingester:
                     paper.abstract,
                     self.settings.chunk_tokens,
                     self.settings.chunk_overlap,
-                    self.index.embedder.count_tokens,
+                    self.store.embedder.count_tokens,
                 )
-                self.index.vectors.delete_papers([pid])  # its old chunk vectors may number more than the new chunks
+                self.store.vectors.delete_papers([pid])  # its old chunk vectors may number more than the new chunks
                 with self._registry_write(), self.db:
                     self.db.execute("DELETE FROM chunks WHERE paper_id=?", (pid,))
                     self.db.executemany(
@@ -391,11 +380,11 @@ class Ingester:
                 rechunked.extend((paper, i, chunk) for i, chunk in enumerate(chunks))
                 continue
             passages.extend((paper, i, chunk) for i, chunk in enumerate(chunks))
-        every = self.index.vectors.models()
+        every = self.store.vectors.models()
         done = 0
         for group, group_models in ((passages, list(models)), (rechunked, every)):
             if group:
-                dim = sum(self.index.embedders()[m].dim for m in group_models)
+                dim = sum(self.store.embedders()[m].dim for m in group_models)
                 space = self.space.check(list({id(p): p for p, _, _ in group}.values()), group, dim)
                 self._write_vectors(group, group_models)
                 space.done()
@@ -441,11 +430,11 @@ class Ingester:
                     paper.abstract,
                     self.settings.chunk_tokens,
                     self.settings.chunk_overlap,
-                    self.index.embedder.count_tokens,
+                    self.store.embedder.count_tokens,
                 )
             ):
                 passages.append((paper, i, chunk))
-        space = self.space.check(batch, passages, sum(e.dim for e in self.index.embedders()))
+        space = self.space.check(batch, passages, sum(e.dim for e in self.store.embedders()))
         # Intent first: if we die between the vector writes and the registry commit below,
         # the next ingest finds these ids in ``pending`` and deletes their vectors.
         try:
@@ -458,8 +447,8 @@ class Ingester:
         # The keyword index before the registry: a kill in between leaves it ahead (papers the
         # registry lacks, which searches skip), and the next write rebuilds it (``_sync_keyword``).
         try:
-            self.index.kw_store.add((first + k, paper_text(p.title, p.abstract)) for k, p in enumerate(batch))
-            self.index.kw_store.commit()
+            self.store.kw_store.add((first + k, paper_text(p.title, p.abstract)) for k, p in enumerate(batch))
+            self.store.kw_store.commit()
         except Exception as exc:  # tantivy raises ValueError with the OS error in its text
             if is_disk_full(exc):
                 raise disk_full_error(self.settings.home, "writing the keyword index") from None
@@ -490,7 +479,7 @@ class Ingester:
                     file, _, loc = src.rpartition(":")
                     self.db.execute("INSERT OR IGNORE INTO sources VALUES (?,?,?)", (paper.id, file, loc))
             self.db.executemany("DELETE FROM pending WHERE paper_id=?", [(p.id,) for p in batch])
-        self.index.forget_counts()
+        self.store.forget_counts()
         space.done()
         if progress is not None:
             progress.update(len(batch))
@@ -503,13 +492,13 @@ class Ingester:
         heads = [k for k, (_, i, _) in enumerate(passages) if i == 0]
         ids = [f"{p.id}:{i}" for p, i, _ in passages]
         metas = [node_meta(p, i) for p, i, _ in passages]
-        embedders = self.index.embedders()
-        for model in self.index.vectors.models() if models is None else models:
+        embedders = self.store.embedders()
+        for model in self.store.vectors.models() if models is None else models:
             chunks_of, docs_of = kinds(model)
             vectors = embedders[model].embed_array(texts)
-            self.index.vectors.upsert(chunks_of, ids, vectors, metas)
+            self.store.vectors.upsert(chunks_of, ids, vectors, metas)
             # The paper's head (title + opening) doubles as its whole-paper vector: no extra embedding.
-            self.index.vectors.upsert(
+            self.store.vectors.upsert(
                 docs_of,
                 [f"{passages[k][0].id}:doc" for k in heads],
                 vectors[heads],
@@ -529,7 +518,7 @@ class Ingester:
             with writing(self.settings.db_path):
                 return self._ingest(paths, rebuild, show_progress)
         finally:
-            self.index.release_writer()
+            self.store.release_writer()
 
     def _ingest(self, paths: Iterable[Path], rebuild: bool, show_progress: bool) -> IngestReport:
         t0 = time.perf_counter()
@@ -572,8 +561,8 @@ class Ingester:
             n_records = validate(files, note, on_skip)
         finally:
             self.db.commit()  # only the temp tables were written
-        self.index.kw_store.lock()  # a second writer is refused here, before anything is written
-        if self.index._embedder is None:
+        self.store.kw_store.lock()  # a second writer is refused here, before anything is written
+        if self.store.loaded_embedders()[0] is None:
             # The model must be at hand before anything is written or a progress bar drawn: a hub
             # name that cannot be fetched, a missing package, stops here.
             from rag_papers.embedding import resolve_model_path
@@ -581,7 +570,7 @@ class Ingester:
             resolve_model_path(self.settings.embed_model, self.settings.models_dir)
         if rebuild:
             return self._rebuild_beside(files, show_progress, t0)
-        self.index.check_model()
+        self.store.check_model()
         # Vectors are derived data: a store that cannot be read is set aside and rebuilt, and
         # registered papers it lacks (a switched store, a folder deleted by hand) are embedded
         # again from the registry, before anything new is added.
@@ -652,7 +641,7 @@ class Ingester:
         removed = self._sync_sources([str(f.resolve()) for f in files])
         report.removed = len(removed)
         report.removed_ids = removed
-        report.total = self.index.count()
+        report.total = self.store.count()
         report.seconds = round(time.perf_counter() - t0, 3)
         return report
 
@@ -710,18 +699,17 @@ class Ingester:
         remove_stale_staging(self.settings)
         stage_settings = staging_settings(self.settings)
         shutil.rmtree(stage_settings.home, ignore_errors=True)
-        from rag_papers.index import Index
-
-        stage = Index(stage_settings, self.index._embedder, embedder2=self.index._embedder2)
+        first, second = self.store.loaded_embedders()
+        stage = Store(stage_settings, first, embedder2=second)
         try:
-            report = stage.ingest(files, rebuild=False, show_progress=show_progress)
+            report = Ingester(stage).ingest(files, rebuild=False, show_progress=show_progress)
             self.notes.extend(stage.notes)
-            self.index._embedder, self.index._embedder2 = stage._embedder, stage._embedder2
+            self.store.adopt_embedders(stage)  # loaded once for the command, whichever store loaded them
         finally:
             stage.close()
         self._swap_in(stage_settings)
         shutil.rmtree(stage_settings.home, ignore_errors=True)
-        report.total = self.index.count()
+        report.total = self.store.count()
         report.seconds = round(time.perf_counter() - t0, 3)
         return report
 
@@ -740,8 +728,8 @@ class Ingester:
                     )
             finally:
                 self.db.execute("DETACH DATABASE staging")
-        self.index.forget_counts()
-        self.index.vectors.adopt(VectorStore(stage))
+        self.store.forget_counts()
+        self.store.vectors.adopt(VectorStore(stage))
         # The keyword index is rebuilt from the registry in one commit (readers see old or new), not
         # swapped as a folder: this process holds its writer, and other processes keep it open.
         self._sync_keyword(force=True)
@@ -776,28 +764,28 @@ class Ingester:
         return orphans
 
     def _delete_vectors(self, paper_ids: list[str]) -> None:
-        self.index.vectors.delete_papers(paper_ids)
+        self.store.vectors.delete_papers(paper_ids)
 
     def _deleted(self, seqs: list[int], paper_ids: list[str]) -> None:
         """After the registry's delete has committed: drop the papers' vectors and keyword copies.
 
         Until the keyword index commits, it holds papers the registry lacks, which searches skip.
         """
-        self.index.forget_counts()
+        self.store.forget_counts()
         self._delete_vectors(paper_ids)
         if seqs:
-            self.index.kw_store.delete(seqs)
-            self.index.kw_store.commit()
+            self.store.kw_store.delete(seqs)
+            self.store.kw_store.commit()
 
     def remove(self, paper_ids: Sequence[str]) -> int:
         try:
             with writing(self.settings.db_path):
                 return self._remove(paper_ids)
         finally:
-            self.index.release_writer()
+            self.store.release_writer()
 
     def _remove(self, paper_ids: Sequence[str]) -> int:
-        self.index.kw_store.lock()
+        self.store.kw_store.lock()
         rows = [
             (r[0], int(r[1]))
             for part, marks in in_batches(list(dict.fromkeys(paper_ids)))
@@ -814,13 +802,13 @@ class Ingester:
 
     def clear(self) -> None:
         """Drop everything (``ingest --rebuild``). Holds the keyword writer until the ingest releases it."""
-        self.index.kw_store.lock()
+        self.store.kw_store.lock()
         try:
-            self.index.vectors.drop()
+            self.store.vectors.drop()
         except VectorStoreError as exc:
             if not exc.damaged:
                 raise
-            self.notes.append(self.index.vectors.move_aside())
+            self.notes.append(self.store.vectors.move_aside())
         with self._registry_write(), self.db:
             self.db.execute("DELETE FROM sources")
             self.db.execute("DELETE FROM papers")
@@ -828,15 +816,15 @@ class Ingester:
             self.db.execute("DELETE FROM chunks")
             self.db.execute("DELETE FROM pending")
             self.db.execute("INSERT INTO meta VALUES ('vector_epoch', ?)", (f"{time.time():.6f}",))
-        self.index.kw_store.clear()
-        self.index.forget_counts()
+        self.store.kw_store.clear()
+        self.store.forget_counts()
 
     def _sync_keyword(self, show_progress: bool = False, force: bool = False) -> None:
-        """Before a write: rebuild the keyword index from the registry if the two disagree (``sync_keyword``)."""
+        """Before a write: rebuild the keyword index from the registry if the two disagree (``Store.sync_keyword``)."""
         with self._registry_write():
             drop_old_keyword_tables(self.db)
-        sync_keyword(self.index, self.db, show_progress, force)
-        self.index.forget_counts()
+        self.store.sync_keyword(self.db, show_progress, force)
+        self.store.forget_counts()
 
 
 STAGING_PREFIX = ".rebuild-"
@@ -876,41 +864,6 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:  # another user's process of that number
         return True
-    return True
-
-
-def sync_keyword(index: Index, db: sqlite3.Connection, show_progress: bool = False, force: bool = False) -> bool:
-    """Rebuild ``index``'s tantivy keyword index from the registry's titles and abstracts unless it
-    holds exactly the registry's papers, tokenised as today (True when it rebuilt; ``force``: whatever
-    it holds, as after a rebuild's swap, whose papers may have the old ones' numbers). The caller holds
-    the keyword writer.
-
-    They disagree after a kill between the keyword commit and the registry's, after a removal
-    cut short, when the keyword files were lost or damaged, and when ``keyword_tokens`` changed
-    (``KEYWORD_VERSION``). One commit at the end: searches meanwhile use the old contents.
-    """
-    kw = index.kw_store
-    version = db.execute("SELECT value FROM meta WHERE key = 'keyword_version'").fetchone()
-    want = index.keyword_state()
-    if not force and kw.state() == want and version is not None and version[0] == KEYWORD_VERSION:
-        return False
-    progress = progress_bar(want[0], "keyword index", show_progress and want[0] > 0)
-
-    def rows() -> Iterable[tuple[int, str]]:
-        last = 0
-        while batch := db.execute(
-            "SELECT seq, title, abstract FROM papers WHERE seq > ? ORDER BY seq LIMIT 2000", (last,)
-        ).fetchall():
-            yield from ((int(r[0]), paper_text(r[1], r[2])) for r in batch)
-            last = int(batch[-1][0])
-            if progress is not None:
-                progress.update(len(batch))
-
-    kw.rebuild(rows())
-    if progress is not None:
-        progress.close()
-    with registry_write(index.settings.db_path), db:
-        db.execute("INSERT OR REPLACE INTO meta VALUES ('keyword_version', ?)", (KEYWORD_VERSION,))
     return True
 
 

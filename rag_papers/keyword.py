@@ -349,3 +349,82 @@ def useful_terms(stats: list[tuple[str, int]], n_docs: int, max_df: float) -> li
     which paper is meant; counting it let generic words outvote the dense ranking.
     """
     return [t for t, df in stats if df and df <= max(1.0, max_df * n_docs)]
+
+
+# Words that say "I am asking about papers", not what about: dropped from keyword queries (``keyword_query``),
+# and never taken for a name the question asks about (``coverage``).
+QUERY_BOILERPLATE = frozenset(
+    [
+        "paper",
+        "papers",
+        "work",
+        "works",
+        "study",
+        "studies",
+        "research",
+        "article",
+        "articles",
+        "abstract",
+        "abstracts",
+        "author",
+        "authors",
+        "propose",
+        "proposes",
+        "proposed",
+        "claim",
+        "claims",
+        "describe",
+        "describes",
+        "does",
+        "do",
+        "did",
+        "which",
+        "what",
+        "who",
+        "whom",
+        "how",
+        "why",
+        "when",
+        "show",
+        "shows",
+        "find",
+        "finds",
+        "present",
+        "presents",
+        "introduce",
+        "introduces",
+        "method",
+        "methods",
+        "approach",
+        "approaches",
+        "technique",
+        "techniques",
+        "tell",
+        "explain",
+        "discuss",
+        "discusses",
+        "anyone",
+        "someone",
+        "something",
+        "about",
+        "regarding",
+        "there",
+        "any",
+        "some",
+        "way",
+        "ways",
+        "can",
+        "could",
+        "would",
+        "should",
+        "using",
+        "use",
+    ]
+)
+
+
+def keyword_query(query: str) -> str:
+    """The query's words without ``QUERY_BOILERPLATE`` (all of them when nothing else is left)."""
+    words = re.findall(r"[\w'-]+", query)
+    kept = [w for w in words if w.lower() not in QUERY_BOILERPLATE]
+    return " ".join(kept) if kept else query

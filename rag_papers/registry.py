@@ -96,6 +96,21 @@ def row_to_paper(row: sqlite3.Row, sources: list[str]) -> Paper:
     )
 
 
+def read_papers(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, Paper]:
+    """The registered papers among ``ids``, with their sources ("file:loc"), by id (one read for the
+    read side and the write side alike: ``Index.get``, and an ingest re-embedding registered papers)."""
+    out: dict[str, Paper] = {}
+    for part, marks in in_batches(list(dict.fromkeys(ids))):
+        srcs: dict[str, list[str]] = {}
+        for s in conn.execute(
+            f"SELECT paper_id, file, loc FROM sources WHERE paper_id IN ({marks}) ORDER BY file, loc", part
+        ):
+            srcs.setdefault(s["paper_id"], []).append(f"{s['file']}:{s['loc']}")
+        for row in conn.execute(f"SELECT * FROM papers WHERE id IN ({marks})", part):
+            out[row["id"]] = row_to_paper(row, srcs.get(row["id"], []))
+    return out
+
+
 class RegistryError(RagPapersError):
     """The registry file cannot be read: the message names it and the way out."""
 

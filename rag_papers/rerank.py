@@ -14,7 +14,6 @@ model card's examples, and a second squashing cannot flatten a model that alread
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,8 +23,6 @@ from rag_papers.embedding import hub_snapshot, is_hub_name
 
 if TYPE_CHECKING:
     from rag_papers.config import Settings
-    from rag_papers.index import Index
-    from rag_papers.retrieve import Filters
 
 # The fused candidate list ``Retriever.search`` sorts: (fused score, paper id, cosine, keyword share).
 Scored = list[tuple[float, str, float, float]]
@@ -111,36 +108,21 @@ def load_reranker(settings: Settings) -> Reranker | None:
 
 
 def rerank_scored(
-    index: Index, settings: Settings, query: str, scored: Scored, filters: Filters
-) -> tuple[Scored, dict[str, float], float]:
-    """``scored`` with its top ``rerank_candidates`` papers (those the filters accept) reordered by the reranker.
+    settings: Settings, query: str, scored: Scored, passages: Sequence[tuple[str, str]]
+) -> tuple[Scored, dict[str, float]]:
+    """``scored`` with the papers of ``passages`` reordered by the reranker; (the reordered list, paper id ->
+    reranker score).
 
-    Returns (the reordered list, paper id -> reranker score, milliseconds). Rescored papers come
-    first, best reranker score first (ties: fused order); every other candidate follows them in
-    fused order. The passage scored is the paper's title and abstract, as ingest embeds them.
+    ``passages``: (paper id, passage) of the candidates to rescore, in fused order: the retriever's choice
+    (its top ``rerank_candidates`` that the filters accept) and text, so that this module reads no store.
+    Rescored papers come first, best reranker score first (ties: fused order); every other candidate
+    follows them in fused order.
     """
     reranker = load_reranker(settings)
     if reranker is None or not scored:
-        return scored, {}, 0.0
-    from rag_papers.ingest import passage_text
-
-    t0 = time.perf_counter()
-    n = settings.rerank_candidates
-    step = n * (4 if filters.active() else 1)  # filters reject some: read rows further down at once
-    papers: dict[str, Any] = {}
-    chosen: list[int] = []  # positions in ``scored`` of the papers to rescore
-    for start in range(0, len(scored), step):
-        papers.update(index.get([pid for _, pid, _, _ in scored[start : start + step]]))
-        for i in range(start, min(start + step, len(scored))):
-            paper = papers.get(scored[i][1])
-            if paper is not None and filters.accepts(paper) and len(chosen) < n:
-                chosen.append(i)
-        if len(chosen) == n:
-            break
-    pids = [scored[i][1] for i in chosen]
-    scores = reranker.score(query, [passage_text(papers[p].title, papers[p].abstract) for p in pids])
-    by_id = dict(zip(pids, scores))
-    top = sorted((scored[i] for i in chosen), key=lambda c: -by_id[c[1]])  # stable: ties keep fused order
-    picked = set(chosen)
-    rest = [c for i, c in enumerate(scored) if i not in picked]
-    return top + rest, {p: round(s, 4) for p, s in by_id.items()}, round((time.perf_counter() - t0) * 1000, 2)
+        return scored, {}
+    scores = reranker.score(query, [text for _, text in passages])
+    by_id = dict(zip((pid for pid, _ in passages), scores))
+    top = sorted((c for c in scored if c[1] in by_id), key=lambda c: -by_id[c[1]])  # stable: ties keep fused order
+    rest = [c for c in scored if c[1] not in by_id]
+    return top + rest, {p: round(s, 4) for p, s in by_id.items()}

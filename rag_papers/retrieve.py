@@ -18,7 +18,7 @@ import re
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -26,7 +26,10 @@ from rag_papers import RagPapersError
 from rag_papers.config import Settings, TopK, Year, validation_message
 from rag_papers.corpus import Paper, safe_text, sentences
 from rag_papers.index import Index
-from rag_papers.keyword import BM25_K1, keyword_tokens, lucene_idf, paper_text, useful_terms
+from rag_papers.keyword import BM25_K1, keyword_query, keyword_tokens, lucene_idf, paper_text, useful_terms
+
+if TYPE_CHECKING:
+    from rag_papers.rerank import Scored
 
 
 @dataclass
@@ -95,79 +98,9 @@ def combine_dense(per_model: list[list[DenseHit]]) -> list[DenseHit]:
     return out
 
 
-# Words that say "I am asking about papers", not what about: dropped from keyword queries.
 # Under filters, a query word found in no paper read so far is looked up among at most this many papers
 # that contain it to see whether any passes the filters (``Retriever._coverage_within``).
 FILTERED_TERM_SCAN = 500
-
-QUERY_BOILERPLATE = frozenset(
-    [
-        "paper",
-        "papers",
-        "work",
-        "works",
-        "study",
-        "studies",
-        "research",
-        "article",
-        "articles",
-        "abstract",
-        "abstracts",
-        "author",
-        "authors",
-        "propose",
-        "proposes",
-        "proposed",
-        "claim",
-        "claims",
-        "describe",
-        "describes",
-        "does",
-        "do",
-        "did",
-        "which",
-        "what",
-        "who",
-        "whom",
-        "how",
-        "why",
-        "when",
-        "show",
-        "shows",
-        "find",
-        "finds",
-        "present",
-        "presents",
-        "introduce",
-        "introduces",
-        "method",
-        "methods",
-        "approach",
-        "approaches",
-        "technique",
-        "techniques",
-        "tell",
-        "explain",
-        "discuss",
-        "discusses",
-        "anyone",
-        "someone",
-        "something",
-        "about",
-        "regarding",
-        "there",
-        "any",
-        "some",
-        "way",
-        "ways",
-        "can",
-        "could",
-        "would",
-        "should",
-        "using",
-        "use",
-    ]
-)
 
 
 @dataclass
@@ -360,12 +293,6 @@ class SearchResult:
         }
 
 
-def keyword_query(query: str) -> str:
-    words = re.findall(r"[\w'-]+", query)
-    kept = [w for w in words if w.lower() not in QUERY_BOILERPLATE]
-    return " ".join(kept) if kept else query
-
-
 class Retriever:
     """Hybrid retrieval over an ``Index``; ``settings.retrieval`` picks hybrid, dense or bm25."""
 
@@ -421,53 +348,48 @@ class Retriever:
         t1 = time.perf_counter()
         w = {"hybrid": s.dense_weight, "dense": 1.0, "bm25": 0.0}[mode]
         dense_floor = min((d for d, _ in dense.values()), default=0.0)  # for papers only the keyword side found
-        scored: list[tuple[float, str, float, float]] = []
+        scored: Scored = []
         for pid in dict.fromkeys([*dense, *keyword]):
             d = dense[pid][0] if pid in dense else dense_floor
             kw = keyword.get(pid, 0.0)
             scored.append((round(_fused(w, d, kw), 4), pid, d, kw))
         scored.sort(key=lambda x: (-x[0], x[1]))
         # --- reranker hook (rag_papers/rerank.py): with settings.reranker set, a cross-encoder reorders the
-        # top rerank_candidates of ``scored``; the rest keep their fused order after them.
+        # top rerank_candidates of ``scored`` that pass the filters; the rest keep their fused order after them.
         rerank_scores: dict[str, float] = {}
         if s.reranker:
+            from rag_papers.ingest import passage_text
             from rag_papers.rerank import rerank_scored
 
-            scored, rerank_scores, timings["rerank_ms"] = rerank_scored(self.index, s, query, scored, filters)
+            t2 = time.perf_counter()
+            n = s.rerank_candidates
+            candidates: dict[str, Paper] = {}
+            chosen, _ = self._passing(scored, n, n * widen, filters, candidates)
+            # The passage scored is the paper's title and abstract, as ingest embeds them.
+            pairs = [
+                (pid, passage_text(candidates[pid].title, candidates[pid].abstract))
+                for pid in (scored[i][1] for i in chosen)
+            ]
+            scored, rerank_scores = rerank_scored(s, query, scored, pairs)
+            timings["rerank_ms"] = _ms(t2) if scored else 0.0
         # --- end of the reranker hook
-        # Registry rows only for the winners, read in rank order (k at a time, 4k with filters)
-        # until k pass the filters: reading all ~100 candidates' rows was most of the fusion
-        # time on a large index (docs/design-notes.md).
+        # Registry rows only for the winners (``_passing``); ``papers``: every row read, for ``_coverage_within``.
         papers: dict[str, Paper] = {}
-        hits: list[Hit] = []
-        rejected = 0  # candidates the filters turned away
-        for start in range(0, len(scored), k * widen):
-            part = scored[start : start + k * widen]
-            papers.update(self.index.get([pid for _, pid, _, _ in part]))
-            for score, pid, d, kw in part:
-                paper = papers.get(pid)
-                if len(hits) == k:
-                    break
-                if paper is None:
-                    continue
-                if not filters.accepts(paper):
-                    rejected += 1
-                    continue
-                hits.append(
-                    Hit(
-                        id=pid,
-                        title=paper.title,
-                        score=score,
-                        dense_score=round(d, 4),
-                        keyword_score=round(kw, 4),
-                        passage="",  # the best chunk's text, fetched below for the winners only
-                        year=paper.year,
-                        venue=paper.venue,
-                        rerank_score=rerank_scores.get(pid),
-                    )
-                )
-            if len(hits) == k:
-                break
+        chosen, rejected = self._passing(scored, k, k * widen, filters, papers)  # rejected: turned away by the filters
+        hits = [
+            Hit(
+                id=pid,
+                title=papers[pid].title,
+                score=score,
+                dense_score=round(d, 4),
+                keyword_score=round(kw, 4),
+                passage="",  # the best chunk's text, fetched below for the winners only
+                year=papers[pid].year,
+                venue=papers[pid].venue,
+                rerank_score=rerank_scores.get(pid),
+            )
+            for score, pid, d, kw in (scored[i] for i in chosen)
+        ]
         chunk_of = {h.id: dense[h.id][1] for h in hits if h.id in dense}
         texts = self.index.passages(list(chunk_of.values()), {h.id: h.title for h in hits})
         for h in hits:
@@ -497,6 +419,35 @@ class Retriever:
             filter_reason=self.filter_reason(filters) if excluded else None,
             above_floor=[h.id for h in hits if self.relevance([h], coverage) >= self.floor()],
         )
+
+    def _passing(
+        self, scored: Scored, want: int, step: int, filters: Filters, papers: dict[str, Paper]
+    ) -> tuple[list[int], int]:
+        """(positions in ``scored`` of its first ``want`` candidates that are registered and pass the filters,
+        how many the filters turned away before the last of them).
+
+        The one place a search reads candidates' registry rows: in rank order, ``step`` candidates at a
+        time (k, or 4k under filters), until ``want`` pass, each row read kept in ``papers``. Reading all
+        ~100 candidates' rows was most of the fusion time on a large index (docs/design-notes.md).
+        """
+        chosen: list[int] = []
+        rejected = 0
+        for start in range(0, len(scored), step):
+            part = range(start, min(start + step, len(scored)))
+            papers.update(self.index.get([scored[i][1] for i in part]))
+            for i in part:
+                if len(chosen) == want:
+                    break
+                paper = papers.get(scored[i][1])
+                if paper is None:
+                    continue
+                if not filters.accepts(paper):
+                    rejected += 1
+                    continue
+                chosen.append(i)
+            if len(chosen) == want:
+                break
+        return chosen, rejected
 
     def filter_reason(self, filters: Filters) -> str:
         """Why the filters left no paper, as precisely as the index can say cheaply.

@@ -3,7 +3,7 @@
 Vectors are derived data: the registry (``rag_papers.index``) holds every chunk's text,
 so whatever happens to the vectors (a store switched to a server, a Chroma folder
 deleted by hand, a store chromadb can no longer read after a full disk) is detected
-here and repaired by re-embedding from the registry (``Index.repair``). This module
+here and repaired by re-embedding from the registry (``Ingester.repair``). This module
 knows nothing about papers beyond their ids: chunk vectors are ``<paper id>:<chunk>``,
 whole-paper (head) vectors ``<paper id>:doc``. Each embedding model has its own pair of
 collections (chunks and heads): the first model's ``<collection>`` and ``<collection>_doc``,

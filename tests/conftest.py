@@ -217,9 +217,10 @@ def seeds_home(tmp_path_factory: pytest.TempPathFactory, embedder: object) -> Pa
 def ingest_seeds(settings: Settings, embedder: object) -> None:
     """Ingest the shipped seeds into ``settings.home`` with the session's embedder (for once-per-session indexes)."""
     from rag_papers.index import Index
+    from rag_papers.ingest import Ingester
 
     index = Index(settings, embedder=embedder)  # type: ignore[arg-type]
-    index.ingest([SEEDS], show_progress=False)
+    Ingester(index.store).ingest([SEEDS], show_progress=False)
     index.close()
 
 

@@ -31,6 +31,7 @@ from rag_papers.corpus import (
     validate,
 )
 from rag_papers.index import Index
+from rag_papers.ingest import Ingester
 
 SEED_FILES = sorted(SEEDS.glob("*.txt"))
 
@@ -263,7 +264,7 @@ def test_seeded_index_uses_the_derived_titles(seeded: Settings) -> None:
     index.close()
 
 
-# ------------------------------------------------------------------- dedupe via Index.ingest
+# ------------------------------------------------------------------- dedupe via Ingester.ingest
 @pytest.fixture
 def small_index(settings: Settings, embedder: object) -> Iterator[Index]:
     index = Index(settings, embedder=embedder)  # type: ignore[arg-type]
@@ -277,12 +278,12 @@ def test_duplicate_within_one_file_is_one_paper(tmp_path: Path, small_index: Ind
         "\n".join(json.dumps({"abstract": a}) for a in (ABSTRACT_X, ABSTRACT_Y, ABSTRACT_X.replace(" ", "  "))) + "\n",
         encoding="utf-8",
     )
-    report = small_index.ingest([f], show_progress=False)
+    report = Ingester(small_index.store).ingest([f], show_progress=False)
     assert (report.records, report.added, report.duplicates, report.total) == (3, 2, 1, 2)
     x = small_index.get([content_hash(ABSTRACT_X)])[content_hash(ABSTRACT_X)]
     assert x.sources == [f"{f.resolve()}:1", f"{f.resolve()}:3"]
     # Again: nothing new, the duplicate is still a duplicate and both sources are kept.
-    again = small_index.ingest([f], show_progress=False)
+    again = Ingester(small_index.store).ingest([f], show_progress=False)
     assert (again.added, again.unchanged, again.duplicates, again.removed, again.total) == (0, 2, 1, 0, 2)
     assert small_index.get([x.id])[x.id].sources == x.sources
 
@@ -292,7 +293,7 @@ def test_duplicate_across_files_is_one_paper_with_two_sources(tmp_path: Path, sm
     b = tmp_path / "b.txt"
     a.write_text(json.dumps({"abstract": ABSTRACT_X, "venue": "NeurIPS", "year": 2024}) + "\n", encoding="utf-8")
     b.write_text(f"ICML 2025 Papers\n\n{ABSTRACT_Z}\n\n{wrap(ABSTRACT_X)}\n", encoding="utf-8")
-    report = small_index.ingest([a, b], show_progress=False)
+    report = Ingester(small_index.store).ingest([a, b], show_progress=False)
     assert (report.files, report.records, report.added, report.duplicates, report.total) == (2, 3, 2, 1, 2)
     pid = content_hash(ABSTRACT_X)
     paper = small_index.get([pid])[pid]
@@ -300,7 +301,7 @@ def test_duplicate_across_files_is_one_paper_with_two_sources(tmp_path: Path, sm
     assert (paper.venue, paper.year) == ("NeurIPS", 2024)  # the first occurrence wins
     # Dropping it from one file keeps the paper (the other source remains).
     b.write_text(f"ICML 2025 Papers\n\n{ABSTRACT_Z}\n", encoding="utf-8")
-    report = small_index.ingest([b], show_progress=False)
+    report = Ingester(small_index.store).ingest([b], show_progress=False)
     assert report.removed == 0
     assert small_index.get([pid])[pid].sources == [f"{a.resolve()}:1"]
 
@@ -391,9 +392,9 @@ def test_bad_input_library(case: str, tmp_path: Path, seeded: Settings) -> None:
     before = _db_rows(seeded)
     index = Index(seeded)  # no embedder given: bad input must fail before any model is needed
     with pytest.raises(CorpusError) as err2:
-        index.ingest([SEED_FILES[0], path], show_progress=False)
+        Ingester(index.store).ingest([SEED_FILES[0], path], show_progress=False)
     assert str(err2.value) == msg
-    assert index._embedder is None
+    assert index.store._embedder is None
     assert _db_rows(seeded) == before
     index.close()
 
@@ -404,10 +405,10 @@ def test_good_file_with_bad_file_adds_nothing(tmp_path: Path, seeded: Settings) 
     bad, _ = _bad_jsonl(tmp_path)
     index = Index(seeded)
     with pytest.raises(CorpusError, match="broken.jsonl:3"):
-        index.ingest([good, bad], show_progress=False)
+        Ingester(index.store).ingest([good, bad], show_progress=False)
     assert index.count() == 38
     assert index.get([content_hash(ABSTRACT_Z)]) == {}
-    assert index.store.get(where={"paper_id": content_hash(ABSTRACT_Z)})["ids"] == []
+    assert index.store.vectors.collection("chunks").get(where={"paper_id": content_hash(ABSTRACT_Z)})["ids"] == []
     index.close()
 
 
@@ -457,14 +458,14 @@ def test_one_user_id_for_two_abstracts_in_one_ingest_is_an_error_naming_both_lin
         encoding="utf-8",
     )
     with pytest.raises(CorpusError) as err:
-        small_index.ingest([f, g], show_progress=False)
+        Ingester(small_index.store).ingest([f, g], show_progress=False)
     msg = str(err.value)
     assert f"{g}:2" in msg and f"{f}:1" in msg and "'p1'" in msg and "\n" not in msg
     assert small_index.count() == before  # nothing written
     # The same id with the same text twice is one paper, as any duplicate.
     h = tmp_path / "same.jsonl"
     h.write_text("".join(json.dumps({"id": "p1", "abstract": ABSTRACT_X}) + "\n" for _ in range(2)), encoding="utf-8")
-    report = small_index.ingest([h], show_progress=False)
+    report = Ingester(small_index.store).ingest([h], show_progress=False)
     assert (report.added, report.duplicates, report.renamed) == (1, 1, [])
 
 

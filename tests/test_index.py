@@ -23,6 +23,7 @@ from rag_papers.config import Settings
 from rag_papers.corpus import content_hash, derive_title
 from rag_papers.embedding import resolve_model_path
 from rag_papers.index import Index
+from rag_papers.ingest import Ingester
 from rag_papers.keyword import keyword_tokens
 from rag_papers.retrieve import Retriever
 from rag_papers.vectors import VectorStore
@@ -67,19 +68,19 @@ def covered_in_pieces(sentence: str, chunks: list[str], min_chars: int = 12) -> 
 
 def chunk_rows(index: Index) -> dict[str, Any]:
     """Everything in the Chroma collection, read through the collection itself."""
-    return index.store.get(include=["metadatas"])
+    return index.store.vectors.collection("chunks").get(include=["metadatas"])
 
 
 def chunk_texts_by_paper(index: Index) -> dict[str, list[str]]:
     """Chunk texts as the registry keeps them, in chunk order."""
     out: dict[str, list[str]] = {}
-    for pid, text in index.db.execute("SELECT paper_id, text FROM chunks ORDER BY paper_id, i"):
+    for pid, text in index.store.db.execute("SELECT paper_id, text FROM chunks ORDER BY paper_id, i"):
         out.setdefault(pid, []).append(text)
     return out
 
 
 def registry(index: Index) -> dict[str, int]:
-    return {r["id"]: r["n_chunks"] for r in index.db.execute("SELECT id, n_chunks FROM papers")}
+    return {r["id"]: r["n_chunks"] for r in index.store.db.execute("SELECT id, n_chunks FROM papers")}
 
 
 def assert_chunks_match_registry(index: Index) -> None:
@@ -91,16 +92,16 @@ def assert_chunks_match_registry(index: Index) -> None:
     assert set(ids) == expected
     assert {pid: len(c) for pid, c in chunk_texts_by_paper(index).items()} == registry(index)  # texts, likewise
     if hasattr(type(index), "doc_store"):  # the index also keeps one whole-paper vector per paper
-        doc_ids = index.doc_store.get()["ids"]
+        doc_ids = index.store.vectors.collection("docs").get()["ids"]
         assert sorted(doc_ids) == sorted(f"{pid}:doc" for pid in registry(index))
     # The tantivy keyword copy holds exactly the registry's papers, once each.
-    seqs = index.kw_store.seqs()
-    assert sorted(seqs) == sorted(r[0] for r in index.db.execute("SELECT seq FROM papers"))
+    seqs = index.store.kw_store.seqs()
+    assert sorted(seqs) == sorted(r[0] for r in index.store.db.execute("SELECT seq FROM papers"))
 
 
 def registry_tokens(index: Index) -> dict[int, list[str]]:
     """Each registered paper's keyword tokens (by seq), tokenised here from the registry's title and abstract."""
-    rows = index.db.execute("SELECT seq, title, abstract FROM papers").fetchall()
+    rows = index.store.db.execute("SELECT seq, title, abstract FROM papers").fetchall()
     return {int(seq): keyword_tokens(f"{title}. {abstract}") for seq, title, abstract in rows}
 
 
@@ -156,13 +157,13 @@ def test_passages_of_an_index_written_before_the_chunks_table(
 ) -> None:
     """Older indexes kept chunk texts only as Chroma documents (title-led): still served, title cut."""
     index = Index(settings, embedder=embedder)
-    index.ingest([SEED_004], show_progress=False)
-    pid, title = index.db.execute("SELECT id, title FROM papers ORDER BY seq LIMIT 1").fetchone()
+    Ingester(index.store).ingest([SEED_004], show_progress=False)
+    pid, title = index.store.db.execute("SELECT id, title FROM papers ORDER BY seq LIMIT 1").fetchone()
     text = index.passages([f"{pid}:0"])[f"{pid}:0"]
-    with index.db:
-        index.db.execute("DELETE FROM chunks WHERE paper_id=?", (pid,))
+    with index.store.db:
+        index.store.db.execute("DELETE FROM chunks WHERE paper_id=?", (pid,))
     assert index.passages([f"{pid}:0"]) == {}
-    col = index.store
+    col = index.store.vectors.collection("chunks")
     vec = col.get(ids=[f"{pid}:0"], include=["embeddings"])["embeddings"]
     col.update(ids=[f"{pid}:0"], embeddings=vec, documents=[f"{title}. {text}"])
     assert index.passages([f"{pid}:0"], {pid: title}) == {f"{pid}:0": text}
@@ -172,10 +173,10 @@ def test_passages_of_an_index_written_before_the_chunks_table(
 def test_reingest_unchanged_adds_nothing_and_loads_no_model(seeded: Settings) -> None:
     index = Index(seeded)  # no embedder: if re-ingest needed one it would load the model
     rows = "SELECT id, seq, n_chunks, title FROM papers ORDER BY seq"
-    before = index.db.execute(rows).fetchall()
+    before = index.store.db.execute(rows).fetchall()
     chunks_before = sorted(chunk_rows(index)["ids"])
     t0 = time.perf_counter()
-    report = index.ingest([SEEDS], show_progress=False)
+    report = Ingester(index.store).ingest([SEEDS], show_progress=False)
     elapsed = time.perf_counter() - t0
     assert (report.records, report.added, report.unchanged, report.removed, report.duplicates, report.chunks) == (
         38,
@@ -186,8 +187,10 @@ def test_reingest_unchanged_adds_nothing_and_loads_no_model(seeded: Settings) ->
         0,
     )
     assert report.total == 38
-    assert index._embedder is None
-    assert [tuple(r) for r in index.db.execute(rows).fetchall()] == [tuple(r) for r in before]  # nothing rewritten
+    assert index.store._embedder is None
+    assert [tuple(r) for r in index.store.db.execute(rows).fetchall()] == [
+        tuple(r) for r in before
+    ]  # nothing rewritten
     assert sorted(chunk_rows(index)["ids"]) == chunks_before
     assert elapsed < 5
     index.close()
@@ -201,7 +204,7 @@ def test_changed_and_removed_abstracts_are_synced(tmp_path: Path, settings: Sett
     swax, dirmoe = containing(SEED_000, "SWAX"), containing(SEED_000, "DirMoE")
     other.write_text("".join(json.dumps({"abstract": a}) + "\n" for a in (swax, dirmoe)), encoding="utf-8")
     index = Index(settings, embedder=embedder)
-    first = index.ingest([corpus, other], show_progress=False)
+    first = Ingester(index.store).ingest([corpus, other], show_progress=False)
     assert (first.added, first.total) == (21, 21)
     other_ids = {content_hash(swax), content_hash(dirmoe)}
     other_before = {pid: (p.to_dict()) for pid, p in index.get(list(other_ids)).items()}
@@ -213,7 +216,7 @@ def test_changed_and_removed_abstracts_are_synced(tmp_path: Path, settings: Sett
     text = corpus.read_text(encoding="utf-8")
     assert text.count(abba) == 1
     corpus.write_text(text.replace(abba, edited), encoding="utf-8")
-    report = index.ingest([corpus], show_progress=False)
+    report = Ingester(index.store).ingest([corpus], show_progress=False)
     assert (report.added, report.removed, report.unchanged, report.total) == (1, 1, 18, 21)
     assert report.removed_ids == [content_hash(abba)]
     assert index.get([content_hash(abba)]) == {}
@@ -228,7 +231,7 @@ def test_changed_and_removed_abstracts_are_synced(tmp_path: Path, settings: Sett
     # Drop a paragraph: TemGX's paper disappears from the registry, Chroma and BM25.
     temgx = containing(SEED_004, "TemGX")
     corpus.write_text(corpus.read_text(encoding="utf-8").replace(temgx + "\n", ""), encoding="utf-8")
-    report = index.ingest([corpus], show_progress=False)
+    report = Ingester(index.store).ingest([corpus], show_progress=False)
     assert (report.added, report.removed, report.total) == (0, 1, 20)
     assert report.removed_ids == [content_hash(temgx)]
     assert content_hash(temgx) not in registry(index)
@@ -236,11 +239,11 @@ def test_changed_and_removed_abstracts_are_synced(tmp_path: Path, settings: Sett
     assert content_hash(temgx) not in top_ids(index, settings, "How does TemGX explain temporal graph networks?", 20)
     assert_chunks_match_registry(index)
     assert_term_stats_match_registry(index, gone=[temgx])
-    assert index.remove([content_hash(swax)]) == 1
+    assert Ingester(index.store).remove([content_hash(swax)]) == 1
     assert_term_stats_match_registry(index, gone=[temgx, swax])
     assert index.stem_stats(["swax"])[1] == [("swax", 0)]  # its name is an unknown word now
     assert_chunks_match_registry(index)  # the keyword index lost it too
-    assert index.ingest([other], show_progress=False).added == 1
+    assert Ingester(index.store).ingest([other], show_progress=False).added == 1
     assert_term_stats_match_registry(index, gone=[temgx])
 
     # The other file's papers were never touched.
@@ -264,7 +267,7 @@ def test_ingest_killed_midway_keeps_index_usable_and_resumes(
     swax, dirmoe = containing(SEED_000, "SWAX"), containing(SEED_000, "DirMoE")
     earlier.write_text("".join(json.dumps({"abstract": a}) + "\n" for a in (swax, dirmoe)), encoding="utf-8")
     index = Index(settings, embedder=embedder)
-    assert index.ingest([earlier], show_progress=False).added == 2
+    assert Ingester(index.store).ingest([earlier], show_progress=False).added == 2
     # The file being ingested when the kill comes: 12 abstracts (ABBA among them), so two batches.
     later = tmp_path / "later.txt"
     later.write_text("ICLR 2026 Papers\n\n" + "\n\n".join(paragraphs(SEED_004)[:12]) + "\n", encoding="utf-8")
@@ -312,7 +315,7 @@ def test_ingest_killed_midway_keeps_index_usable_and_resumes(
         monkeypatch.setattr(KeywordStore, "commit", commit)
 
     with pytest.raises(SimulatedKill):
-        index.ingest([later], show_progress=False)
+        Ingester(index.store).ingest([later], show_progress=False)
     monkeypatch.undo()
     assert calls["n"] == 2
     assert index.count() == 2 + 8  # the earlier papers and the first complete batch
@@ -322,7 +325,7 @@ def test_ingest_killed_midway_keeps_index_usable_and_resumes(
     # Still searchable, from a fresh process's point of view; stray chunks are never returned.
     fresh = Index(settings, embedder=embedder)
     ahead = when == "after_second_batch_keywords"  # the keyword copy holds papers the registry lacks
-    assert len(fresh.kw_store.seqs()) == 2 + 8 + 4 * ahead and fresh.keyword_surplus == 4 * ahead
+    assert len(fresh.store.kw_store.seqs()) == 2 + 8 + 4 * ahead and fresh.store.keyword_surplus == 4 * ahead
     # The unregistered papers are skipped, and the search still returns as many as the registry's papers allow.
     query = "low-rank adaptation Hadamard temporal graph Dirichlet experts sliding window attention"
     n_docs, stats = fresh.term_stats(query)
@@ -337,17 +340,19 @@ def test_ingest_killed_midway_keeps_index_usable_and_resumes(
         assert set(top_ids(fresh, settings, q, 10)) <= set(known)
 
     if ahead:  # far ahead (a large removal cut short, here a lower bound), a reader rebuilds it instead
-        import rag_papers.index as index_module
+        import rag_papers.store as store_module
 
-        monkeypatch.setattr(index_module, "KEYWORD_SURPLUS_MAX", 3)
-        fresh.forget_counts()
-        assert fresh.keyword_surplus == 0 and sorted(fresh.kw_store.seqs()) == sorted(registry_tokens(fresh))
+        monkeypatch.setattr(store_module, "KEYWORD_SURPLUS_MAX", 3)
+        fresh.store.forget_counts()
+        assert fresh.store.keyword_surplus == 0 and sorted(fresh.store.kw_store.seqs()) == sorted(
+            registry_tokens(fresh)
+        )
         monkeypatch.undo()
-    report = fresh.ingest([later], show_progress=False)
+    report = Ingester(fresh.store).ingest([later], show_progress=False)
     assert (report.added, report.unchanged, report.total) == (4, 8, 14)
     assert_chunks_match_registry(fresh)
-    assert fresh.keyword_surplus == 0  # in step again
-    assert sorted(fresh.kw_store.seqs()) == sorted(registry_tokens(fresh))
+    assert fresh.store.keyword_surplus == 0  # in step again
+    assert sorted(fresh.store.kw_store.seqs()) == sorted(registry_tokens(fresh))
     assert top_ids(fresh, settings, "What does ABBA claim?")[0] == content_hash(containing(SEED_004, "ABBA"))
     index.close()
     fresh.close()
@@ -374,17 +379,17 @@ def test_vectors_of_a_killed_batch_are_dropped_even_if_its_file_changes(
     monkeypatch.setattr(VectorStore, "upsert", upsert)
     index = Index(settings, embedder=embedder)
     with pytest.raises(SimulatedKill):
-        index.ingest([corpus], show_progress=False)
+        Ingester(index.store).ingest([corpus], show_progress=False)
     monkeypatch.undo()
     assert index.count() == 8
     assert any(i.split(":")[0] not in registry(index) for i in chunk_rows(index)["ids"])  # the stray vectors
 
     corpus.write_text("ICLR 2026 Papers\n\n" + "\n\n".join(kept) + "\n", encoding="utf-8")
     fresh = Index(settings, embedder=embedder)
-    report = fresh.ingest([corpus], show_progress=False)
+    report = Ingester(fresh.store).ingest([corpus], show_progress=False)
     assert (report.added, report.total) == (0, 8)
     assert_chunks_match_registry(fresh)  # no vector left of the 4 papers that never made it
-    assert fresh.db.execute("SELECT COUNT(*) FROM pending").fetchone()[0] == 0
+    assert fresh.store.db.execute("SELECT COUNT(*) FROM pending").fetchone()[0] == 0
     index.close()
     fresh.close()
 
@@ -401,7 +406,7 @@ def test_other_embed_model_is_refused_until_rebuild(seeded: Settings, embedder: 
     with sqlite3.connect(seeded.db_path) as db:
         before = db.execute("SELECT id, n_chunks FROM papers ORDER BY id").fetchall()
     with pytest.raises(RagPapersError, match="--rebuild"):
-        Index(other, embedder=embedder).ingest([SEEDS], show_progress=False)
+        Ingester(Index(other, embedder=embedder).store).ingest([SEEDS], show_progress=False)
     with sqlite3.connect(seeded.db_path) as db:
         assert db.execute("SELECT id, n_chunks FROM papers ORDER BY id").fetchall() == before
 
@@ -413,7 +418,7 @@ def test_other_embed_model_is_refused_until_rebuild(seeded: Settings, embedder: 
     small = tmp_path / "one.jsonl"
     small.write_text(json.dumps({"abstract": containing(SEED_000, "SWAX")}) + "\n", encoding="utf-8")
     index = Index(other, embedder=embedder)
-    report = index.ingest([small], rebuild=True, show_progress=False)
+    report = Ingester(index.store).ingest([small], rebuild=True, show_progress=False)
     assert (report.added, report.total) == (1, 1)
     assert_chunks_match_registry(index)
     Engine(other, index)  # accepted now
@@ -438,7 +443,7 @@ def test_chroma_server_gives_the_same_results_as_embedded(
     name = f"t{uuid.uuid4().hex[:12]}"
     srv = Settings(home=tmp_path / "srv_home", chroma_url=chroma_server, collection=name)
     index = Index(srv, embedder=embedder)
-    report = index.ingest([SEEDS], show_progress=False)
+    report = Ingester(index.store).ingest([SEEDS], show_progress=False)
     assert (report.added, report.total) == (38, 38)
     assert not srv.chroma_dir.exists()  # nothing went to the embedded store
     host, port = chroma_server.removeprefix("http://").split(":")
@@ -486,7 +491,7 @@ def test_keyword_index_ranks_by_bm25_over_every_paper(seeded: Settings) -> None:
 
     index = Index(seeded)
     docs = registry_tokens(index)
-    ids = dict(index.db.execute("SELECT seq, id FROM papers").fetchall())
+    ids = dict(index.store.db.execute("SELECT seq, id FROM papers").fetchall())
     avgdl = sum(map(len, docs.values())) / len(docs)
     for q in (
         "low-rank adaptation Hadamard product of two low-rank matrices",
@@ -535,7 +540,7 @@ def test_a_lost_or_damaged_keyword_index_is_rebuilt_from_the_registry_by_the_nex
         shutil.rmtree(seeded.keyword_path)
     index = Index(seeded, embedder=embedder)
     assert {q: index.keyword(q, 10) for q in queries} == want
-    assert sorted(index.kw_store.seqs()) == sorted(registry_tokens(index))
+    assert sorted(index.store.kw_store.seqs()) == sorted(registry_tokens(index))
     assert registry(index) == papers and sorted(chunk_rows(index)["ids"]) == vectors
     index.close()
 
@@ -547,15 +552,15 @@ def test_while_a_write_holds_the_index_a_search_does_not_rebuild_it_and_the_writ
     index has (here nothing) instead of waiting or failing, and the write's own sync rebuilds it."""
     shutil.rmtree(seeded.keyword_path)
     holder = Index(seeded, embedder=embedder)
-    holder.kw_store.lock()  # an ingest in another process, between its start and its keyword sync
+    holder.store.kw_store.lock()  # an ingest in another process, between its start and its keyword sync
     reader = Index(seeded, embedder=embedder)
     assert reader.keyword("What does ABBA claim?", 10) == []
     assert [h.id for h in Retriever(reader, seeded).search("What does ABBA claim?", 3).results]  # dense still answers
     holder.close()
     writer = Index(seeded, embedder=embedder)
-    assert writer.ingest([SEEDS], show_progress=False).added == 0
-    assert sorted(writer.kw_store.seqs()) == sorted(registry_tokens(writer))
-    reader.forget_counts()
+    assert Ingester(writer.store).ingest([SEEDS], show_progress=False).added == 0
+    assert sorted(writer.store.kw_store.seqs()) == sorted(registry_tokens(writer))
+    reader.store.forget_counts()
     assert reader.keyword("What does ABBA claim?", 10)
     reader.close()
     writer.close()
@@ -566,23 +571,23 @@ def test_an_older_registry_loses_its_fts5_tables_at_the_next_write(seeded: Setti
     drops the FTS5 table, its trigger and its per-term counts, and rebuilds the keyword index from the papers."""
     index = Index(seeded, embedder=embedder)
     want = index.keyword("What does ABBA claim?", 10)
-    with index.db:
-        index.db.execute("CREATE VIRTUAL TABLE papers_fts USING fts5(text, tokenize='unicode61')")
-        index.db.execute("CREATE TABLE term_df (term TEXT PRIMARY KEY, df INTEGER NOT NULL) WITHOUT ROWID")
-        index.db.execute(
+    with index.store.db:
+        index.store.db.execute("CREATE VIRTUAL TABLE papers_fts USING fts5(text, tokenize='unicode61')")
+        index.store.db.execute("CREATE TABLE term_df (term TEXT PRIMARY KEY, df INTEGER NOT NULL) WITHOUT ROWID")
+        index.store.db.execute(
             "CREATE TRIGGER papers_fts_delete AFTER DELETE ON papers BEGIN "
             "DELETE FROM papers_fts WHERE rowid = old.seq; END"
         )
-        index.db.execute("INSERT INTO papers_fts (rowid, text) SELECT seq, title FROM papers")
-        index.db.execute("INSERT INTO meta VALUES ('term_df', '1')")
-        index.db.execute("DELETE FROM meta WHERE key = 'keyword_version'")
+        index.store.db.execute("INSERT INTO papers_fts (rowid, text) SELECT seq, title FROM papers")
+        index.store.db.execute("INSERT INTO meta VALUES ('term_df', '1')")
+        index.store.db.execute("DELETE FROM meta WHERE key = 'keyword_version'")
     index.close()
     older = Index(seeded, embedder=embedder)
     assert older.keyword("What does ABBA claim?", 10) == want
-    assert older.ingest([SEEDS], show_progress=False).added == 0
-    names = {r[0] for r in older.db.execute("SELECT name FROM sqlite_master")}
+    assert Ingester(older.store).ingest([SEEDS], show_progress=False).added == 0
+    names = {r[0] for r in older.store.db.execute("SELECT name FROM sqlite_master")}
     assert not names & {"papers_fts", "term_df", "papers_fts_delete"}
-    assert older.db.execute("SELECT value FROM meta WHERE key = 'term_df'").fetchone() is None
+    assert older.store.db.execute("SELECT value FROM meta WHERE key = 'term_df'").fetchone() is None
     assert older.keyword("What does ABBA claim?", 10) == want
     older.close()
 
@@ -591,7 +596,7 @@ def test_a_second_writer_is_refused_before_it_writes(seeded: Settings, embedder:
     """While one ingest holds the index, another (here a separate `rag-papers ingest`) stops with a
     one-line error and a non-zero exit before it writes anything; afterwards it goes through."""
     holder = Index(seeded, embedder=embedder)
-    holder.kw_store.lock()  # what an ingest or removal in progress holds
+    holder.store.kw_store.lock()  # what an ingest or removal in progress holds
     extra = tmp_path / "extra.jsonl"
     extra.write_text(
         json.dumps({"abstract": containing(SEED_004, "ABBA") + " Revisited for speech."}) + "\n", encoding="utf-8"
@@ -602,12 +607,12 @@ def test_a_second_writer_is_refused_before_it_writes(seeded: Settings, embedder:
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "another ingest or removal is writing this index" in lines[0], res.stderr
     with pytest.raises(RagPapersError, match="another ingest or removal"):
-        Index(seeded, embedder=embedder).remove(list(before)[:1])
+        Ingester(Index(seeded, embedder=embedder).store).remove(list(before)[:1])
     assert registry(holder) == before and sorted(chunk_rows(holder)["ids"]) == vectors
-    assert not holder.db.execute("SELECT 1 FROM pending").fetchall()
+    assert not holder.store.db.execute("SELECT 1 FROM pending").fetchall()
     holder.close()  # releases the writer
     later = Index(seeded, embedder=embedder)
-    assert later.ingest([extra], show_progress=False).added == 1
+    assert Ingester(later.store).ingest([extra], show_progress=False).added == 1
     assert_chunks_match_registry(later)
     later.close()
 
@@ -628,9 +633,9 @@ def test_papers_of_an_earlier_batch_count_for_duplicates_ids_and_titles(tmp_path
     corpus = tmp_path / "c.jsonl"
     corpus.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     index = Index(settings, embedder=embedder)
-    report = index.ingest([corpus], show_progress=False)
+    report = Ingester(index.store).ingest([corpus], show_progress=False)
     assert (report.records, report.added, report.duplicates, report.total) == (12, 11, 1, 11)
-    got = {r["id"]: (r["title"], r["hash"]) for r in index.db.execute("SELECT id, title, hash FROM papers")}
+    got = {r["id"]: (r["title"], r["hash"]) for r in index.store.db.execute("SELECT id, title, hash FROM papers")}
     assert got["p0"] == ("Paper 0", content_hash(texts[0]))
     assert got["p8"] == ("Paper eight", content_hash(texts[8]))
     assert "again" not in got

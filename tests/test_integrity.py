@@ -27,6 +27,7 @@ from conftest import SEEDS, VENV_BIN, run_cli, run_main
 from rag_papers.config import Settings
 from rag_papers.corpus import content_hash
 from rag_papers.index import Index
+from rag_papers.ingest import Ingester
 
 ABBA_QUERY = "What does ABBA claim?"
 
@@ -129,7 +130,7 @@ def test_a_write_that_hits_a_full_disk_anyway_is_one_line_and_the_next_ingest_re
         ingest_module, "free_bytes", lambda _p: 10**12
     )  # our check sees plenty: the disk says otherwise
     with pytest.raises(DiskFullError) as err:
-        index.ingest([corpus], show_progress=False)
+        Ingester(index.store).ingest([corpus], show_progress=False)
     assert str(home) in str(err.value) and "\n" not in str(err.value)
     monkeypatch.undo()
     index.close()
@@ -143,7 +144,7 @@ def test_a_write_that_hits_a_full_disk_anyway_is_one_line_and_the_next_ingest_re
     hit = search_json(env)
     assert hit["results"][0]["id"] == abba_id() and hit["results"][0]["dense_score"] > 0.15
     fresh = Index(settings, embedder=embedder)  # type: ignore[arg-type]
-    assert fresh.vector_gaps(sample=500) is None  # every registered paper has its vectors
+    assert fresh.store.vector_gaps(sample=500) is None  # every registered paper has its vectors
     fresh.close()
 
 
@@ -417,10 +418,10 @@ def test_a_running_reader_sees_papers_another_process_ingests(
 ) -> None:
     """Reported: a UI running while `ingest` adds papers kept the old count (and its vector store
     never saw the new vectors) until restarted."""
-    from rag_papers import index as index_module
+    from rag_papers import store as store_module
     from rag_papers.chat import Engine
 
-    monkeypatch.setattr(index_module, "WATCH_SECONDS", 0.2, raising=False)
+    monkeypatch.setattr(store_module, "WATCH_SECONDS", 0.2, raising=False)
     engine = Engine(seeded, Index(seeded, embedder=embedder))  # type: ignore[arg-type]
     corpus = synth(tmp_path / "new.jsonl", 40)
     newest = json.loads(corpus.read_text(encoding="utf-8").splitlines()[-1])
@@ -468,10 +469,10 @@ def test_a_chroma_url_that_answers_but_is_not_chroma_says_so(seeded: Settings) -
 def test_a_running_reader_survives_a_rebuild_in_another_process(seeded: Settings, embedder: Any) -> None:
     """`ingest --rebuild` of the same corpus elsewhere drops the collections this reader holds, and
     leaves the paper count as it was: the reader must still find its way to the new ones."""
-    from rag_papers import index as index_module
+    from rag_papers import store as store_module
     from rag_papers.chat import Engine
 
-    index_module.WATCH_SECONDS, saved = 0.1, index_module.WATCH_SECONDS
+    store_module.WATCH_SECONDS, saved = 0.1, store_module.WATCH_SECONDS
     try:
         engine = Engine(seeded, Index(seeded, embedder=embedder))  # type: ignore[arg-type]
         assert engine.search(ABBA_QUERY, 3).results[0].id == abba_id()
@@ -482,7 +483,7 @@ def test_a_running_reader_survives_a_rebuild_in_another_process(seeded: Settings
         assert hit.id == abba_id() and hit.dense_score > 0.15
         engine.index.close()
     finally:
-        index_module.WATCH_SECONDS = saved
+        store_module.WATCH_SECONDS = saved
 
 
 @pytest.mark.slow
@@ -493,11 +494,11 @@ def test_searches_from_many_threads_beside_an_ingest_never_hang(
     (the index's two pool threads run parts of every search)."""
     import threading
 
-    from rag_papers import index as index_module
+    from rag_papers import store as store_module
     from rag_papers.chat import Engine
 
-    monkeypatch.setattr(index_module, "WATCH_SECONDS", 0.05)
-    monkeypatch.setattr(index_module, "REOPEN_SECONDS", 0.0, raising=False)
+    monkeypatch.setattr(store_module, "WATCH_SECONDS", 0.05)
+    monkeypatch.setattr(store_module, "REOPEN_SECONDS", 0.0, raising=False)
     engine = Engine(seeded, Index(seeded, embedder=embedder))  # type: ignore[arg-type]
     corpus = synth(tmp_path / "more.jsonl", 30)
     proc = subprocess.Popen(
@@ -562,15 +563,15 @@ def test_noticing_another_process_never_waits_for_searches_in_flight(
     wait there for searches in flight to end (they wait on the pool: a deadlock under load)."""
     import threading
 
-    from rag_papers import index as index_module
+    from rag_papers import store as store_module
     from rag_papers.chat import Engine
 
-    monkeypatch.setattr(index_module, "WATCH_SECONDS", 0.0)
+    monkeypatch.setattr(store_module, "WATCH_SECONDS", 0.0)
     engine = Engine(seeded, Index(seeded, embedder=embedder))  # type: ignore[arg-type]
     engine.search(ABBA_QUERY, 3)
     corpus = synth(tmp_path / "few.jsonl", 3)
     assert run_cli("ingest", "--no-progress", str(corpus), env={"RAG_PAPERS_HOME": str(seeded.home)}).returncode == 0
-    in_flight = engine.index._vec_lock.read()  # a search reading the vector store, as on another thread
+    in_flight = engine.index.store.vector_lock.read()  # a search reading the vector store, as on another thread
     in_flight.__enter__()
     try:
         done = threading.Event()

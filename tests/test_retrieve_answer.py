@@ -117,9 +117,9 @@ def test_concurrent_searches_from_other_threads_match_sequential_ones(engine: En
     with ThreadPoolExecutor(4) as pool:
         got = list(pool.map(lambda q: [(h.id, h.score) for h in engine.search(q).results], queries * 3))
     assert got == expected * 3
-    assert engine.index._readers  # the request threads' own connections, closed with the index
+    assert engine.index.store._readers  # the request threads' own connections, closed with the index
     engine.index.close()
-    assert engine.index._readers == []
+    assert engine.index.store._readers == []
 
 
 def test_cli_search_json_batches_queries(seeded: Settings) -> None:

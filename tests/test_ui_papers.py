@@ -78,11 +78,12 @@ def seeds_app(
 
 def _ingest_extra(home: Path, embedder: object) -> None:
     from rag_papers.index import Index
+    from rag_papers.ingest import Ingester
 
     corpus = home / "extra.jsonl"
     corpus.write_text("".join(json.dumps(p) + "\n" for p in EXTRA), encoding="utf-8")
     index = Index(Settings(home=home), embedder=embedder)  # type: ignore[arg-type]
-    index.ingest([corpus], show_progress=False)
+    Ingester(index.store).ingest([corpus], show_progress=False)
     index.close()
 
 
@@ -383,8 +384,8 @@ def test_suggestions_without_method_names_still_vary(mixed_index: Any) -> None:
     from rag_papers.index import Index
     from rag_papers.ui.suggest import suggested_questions
 
-    with mixed_index.db:
-        mixed_index.db.execute("UPDATE papers SET title = 'The ' || title")  # "The ABBA: ..." names nothing
+    with mixed_index.store.db:
+        mixed_index.store.db.execute("UPDATE papers SET title = 'The ' || title")  # "The ABBA: ..." names nothing
     claim, compare, which = suggested_questions(mixed_index)
     titles = {p.title for p in mixed_index.papers()}
     assert re.fullmatch(r"What does “(.+)” claim\?", claim) and claim[11:-8] in titles
@@ -447,7 +448,9 @@ def test_each_sort_walks_an_index_not_every_row(mixed_index: Any) -> None:
     for sort, order in BROWSE_ORDER.items():
         plan = " ".join(
             str(r[3])
-            for r in mixed_index.db.execute(f"EXPLAIN QUERY PLAN SELECT rowid FROM papers ORDER BY {order} LIMIT 5")
+            for r in mixed_index.store.db.execute(
+                f"EXPLAIN QUERY PLAN SELECT rowid FROM papers ORDER BY {order} LIMIT 5"
+            )
         )
         assert "COVERING INDEX" in plan and "TEMP B-TREE" not in plan, (sort, plan)
 

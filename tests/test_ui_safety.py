@@ -396,12 +396,13 @@ def hostile_server(
 ) -> Iterator[Served]:
     """The app over the hostile corpus: extractive answers, Ollama (the stub) one choice away."""
     from rag_papers.index import Index
+    from rag_papers.ingest import Ingester
 
     home = tmp_path_factory.mktemp("hostile_home")
     corpus = home / "hostile.jsonl"
     _write_corpus(corpus, listener.url)
     index = Index(Settings(home=home), embedder=embedder)  # type: ignore[arg-type]
-    index.ingest([corpus], show_progress=False)
+    Ingester(index.store).ingest([corpus], show_progress=False)
     index.close()
     served = _serve(home, embedder, ollama_host=hostile_stub.url, llm="extractive", source_min_ratio=0.0)
     yield served

@@ -324,7 +324,7 @@ def test_one_writer_at_a_time(library: Any, seeded: Settings, embedder: object, 
     bees = write(tmp_path, "bees.ris", BEES_RIS)
     n = library.index.count()
     holder = Index(seeded, embedder=embedder)  # type: ignore[arg-type]
-    holder.kw_store.lock()  # what an ingest or removal in another process holds
+    holder.store.kw_store.lock()  # what an ingest or removal in another process holds
     out = list(library.add([str(bees)], None, None))
     assert "another ingest or removal is writing this index" in _last_notice(out)
     holder.close()

@@ -11,7 +11,8 @@ Where things are:
   ``library.py``: its "Add papers" (upload and ingest) and "Remove" (the CLI's code paths);
   ``refs.py``: a paper's "derived title" label, first sentence, link and copyable reference;
   ``suggest.py``: the chat's suggested questions.
-* ``launch.py``: the login, the refusal to expose the app without one, serving, the log file.
+* ``access.py``: the login, and the refusal to expose the app without one (``library.py`` asks it who may write).
+* ``launch.py``: building and serving the app (the login guard), the log file.
 
 Design notes (why it is built this way):
 
@@ -47,17 +48,10 @@ from rag_papers.ui.files import process_folder  # noqa: E402 - standard library 
 
 process_folder()  # gradio's folders in a private one (ui/files.py): also before gradio is first imported
 
+from rag_papers.ui.access import check_exposure, is_loopback, parse_auth, resolve_auth  # noqa: E402
 from rag_papers.ui.chat_app import ChatApp, backend_status, build_app, radio_update  # noqa: E402
 from rag_papers.ui.export import export_markdown  # noqa: E402
-from rag_papers.ui.launch import (  # noqa: E402
-    check_exposure,
-    is_loopback,
-    launch,
-    log_to_file,
-    parse_auth,
-    resolve_auth,
-    serve,
-)
+from rag_papers.ui.launch import launch, log_to_file, serve  # noqa: E402
 from rag_papers.ui.render import (  # noqa: E402
     answer_html,
     chat_messages,

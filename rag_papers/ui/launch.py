@@ -1,13 +1,12 @@
-"""Serving the UI: the login, the refusal to expose it without one, launching, and the server's log file.
+"""Serving the UI: the login guard, launching, and the server's log file.
 
-Apart from the Blocks (``chat_app.py``) so that what decides who may reach the app can be read,
-and tested, on its own.
+It builds the app (``chat_app.build_app``) and serves it; nothing the app is built from imports it. Who may
+reach the app is decided in ``access.py``, which both use.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import os
 import signal
@@ -28,61 +27,11 @@ from rag_papers import RagPapersError, __version__
 from rag_papers.chat import Engine
 from rag_papers.config import Settings
 from rag_papers.llm import backend_names
+from rag_papers.ui.access import check_exposure, is_loopback, resolve_auth
 from rag_papers.ui.chat_app import backend_status, build_app
 from rag_papers.ui.files import remove_server_folder
 from rag_papers.ui.library import MB
 from rag_papers.ui.render import static_text
-
-
-def parse_auth(auth: str | None) -> tuple[str, str] | None:
-    """``"user:password"`` → ``("user", "password")``; a value without both parts is an error."""
-    if not auth:
-        return None
-    user, sep, password = auth.partition(":")
-    if not sep or not user or not password:
-        raise RagPapersError("bad --auth: expected user:password")
-    return user, password
-
-
-def resolve_auth(settings: Settings) -> tuple[str, str] | None:
-    """The UI login, from ``auth`` or ``auth_file`` (a file keeps the password out of ``ps`` and shell history)."""
-    if settings.auth and settings.auth_file:
-        raise RagPapersError("both auth and auth_file are set: give the login one way, not both")
-    if settings.auth_file is None:
-        return parse_auth(settings.auth)
-    path = Path(settings.auth_file)
-    try:
-        text = path.read_text(encoding="utf-8").rstrip("\r\n")
-    except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
-        raise RagPapersError(f"cannot read auth file {path}: {why}") from None
-    user, sep, password = text.partition(":")
-    if not sep or not user or not password or "\n" in text:
-        raise RagPapersError(f"bad auth file {path}: expected one line user:password")
-    return user, password
-
-
-def is_loopback(host: str) -> bool:
-    """Only this machine can reach ``host`` (127.0.0.0/8, ::1, localhost)."""
-    name = host.strip().strip("[]").lower()
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
-
-
-def check_exposure(settings: Settings, insecure_no_auth: bool = False) -> None:
-    """Refuse to serve an address other machines can reach without a login, unless told so in so many words."""
-    if is_loopback(settings.host) or insecure_no_auth or resolve_auth(settings) is not None:
-        return
-    raise RagPapersError(
-        f"refusing to serve on {settings.host or '(all interfaces)'} without a login: anyone who can reach it could "
-        "use the whole API; set one with --auth-file FILE (user:password) or RAG_PAPERS_AUTH, "
-        "or pass --insecure-no-auth to serve it open anyway"
-    )
-
 
 # A failed login makes the same client wait before its next attempt: LOGIN_DELAY_S after the first failure,
 # doubling with each further one up to LOGIN_DELAY_MAX_S; forgotten after LOGIN_FORGET_S without a failure.
@@ -252,6 +201,7 @@ def launch(
     A public address without a login is refused before anything is loaded (``check_exposure``).
     """
     from rag_papers.index import Index
+    from rag_papers.ingest import Ingester
 
     check_exposure(settings, insecure_no_auth)  # also reads and checks the login: fail before loading anything
     auth = resolve_auth(settings)
@@ -261,7 +211,7 @@ def launch(
     index = Index(settings)
     if index.count() == 0:
         print(f"The index at {settings.home} is empty: ingesting {settings.seeds_dir} first…", flush=True)
-        report = index.ingest([settings.seeds_dir], show_progress=True)
+        report = Ingester(index.store).ingest([settings.seeds_dir], show_progress=True)
         print(f"{report.total} papers indexed in {report.seconds:.1f} s", flush=True)
     engine = Engine(settings, index)
     print(f"Loading the embedding model ({settings.embed_model})…", flush=True)

@@ -2,7 +2,7 @@
 
 Why it is built this way:
 
-* One code path with the CLI. An upload is ``Index.ingest`` over the files, a removal ``Index.remove``, and
+* One code path with the CLI. An upload is ``Ingester.ingest`` over the files, a removal ``Ingester.remove``, and
   the line shown is the one the CLI prints (``IngestReport.summary``, ``removal_line``). Every format the
   CLI reads is read, by the same readers; a record without an abstract is skipped and counted.
 * All or nothing per upload. ``ingest`` reads every file of a call through before it writes anything, so
@@ -18,12 +18,13 @@ Why it is built this way:
 * Who may write: behind a login, whoever signed in (gradio asks for it on every route, uploads included);
   without one, only when no other machine can reach the app. An open public server (``--insecure-no-auth``)
   only reads: the tab says so and the handlers refuse.
-* The open chat searches the same ``Index``: its next question sees the papers added, and no longer the
-  papers removed, without a restart.
+* The open chat searches the same ``Store`` the writes go to (its ``Index``'s): its next question sees the
+  papers added, and no longer the papers removed, without a restart.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import shutil
 import tempfile
@@ -40,7 +41,8 @@ from rag_papers import RagPapersError
 from rag_papers.config import Settings
 from rag_papers.corpus import FORMATS, SUPPORTED_SUFFIXES
 from rag_papers.index import Index
-from rag_papers.ingest import removal_line
+from rag_papers.ingest import Ingester, removal_line
+from rag_papers.ui.access import is_loopback, resolve_auth
 from rag_papers.ui.papers import PapersTab, picks
 from rag_papers.ui.render import _macro
 
@@ -51,7 +53,7 @@ MAX_PICKED = 1000  # papers selected for one removal (the selection is kept in t
 CONFIRM_LISTED = 10  # papers named in the confirmation; the rest are counted
 BUSY = "Another upload or removal is under way in this app; wait for it to finish."
 # gradio shows a bar for a handler whose parameter defaults to a Progress: this one follows the ingest's
-# own tqdm bar (``ingest.progress_bar``), so the page shows the papers embedded so far, with no second count.
+# own tqdm bar (``progress.progress_bar``), so the page shows the papers embedded so far, with no second count.
 TRACK_INGEST = gr.Progress(track_tqdm=True)
 READ_ONLY = (
     "Adding and removing papers needs a login: this server is open to other machines without one "
@@ -61,8 +63,6 @@ READ_ONLY = (
 
 def writes_allowed(settings: Settings) -> bool:
     """Whether the browser may add and remove papers: behind a login, or where only this machine can reach it."""
-    from rag_papers.ui.launch import is_loopback, resolve_auth  # launch builds the app: imported at call time
-
     try:
         return resolve_auth(settings) is not None or is_loopback(settings.host)
     except RagPapersError:  # a bad login setting: launch refuses it before building; here, read only
@@ -99,6 +99,12 @@ class Library:
         self.header = header  # (brand, index line) with the current count: ``ChatApp.index_info``
         self.writable = writable
         self._lock = threading.Lock()
+
+    @functools.cached_property
+    def writer(self) -> Ingester:
+        """The writes to the store the app reads, as the CLI makes them; made at the first write (under the
+        lock), so an app that only reads never has one."""
+        return Ingester(self.index.store)
 
     # ------------------------------------------------------------------ add
     def check(self, paths: list[Path]) -> str | None:
@@ -143,7 +149,7 @@ class Library:
             yield self._said(f"Checking {n} file{'s' if n != 1 else ''}, then adding the papers…", "busy", keep=True)
             folder = self._keep(paths)
             try:
-                report = self.index.ingest(sorted(folder.iterdir()), show_progress=True)
+                report = self.writer.ingest(sorted(folder.iterdir()), show_progress=True)
             except Exception as exc:  # noqa: BLE001 - one line in the tab; the app keeps serving
                 self._drop_unless_used(folder)
                 if isinstance(exc, RagPapersError):
@@ -228,7 +234,7 @@ class Library:
         return html, gr.update(visible=True), ""
 
     def remove(self, view: Any, picked: Any) -> tuple[Any, ...]:
-        """Confirmed: the selected papers removed (``Index.remove``, as ``rag-papers remove``).
+        """Confirmed: the selected papers removed (``Ingester.remove``, as ``rag-papers remove``).
 
         Returns (notice, list, view, selection, Remove button, confirm box, brand, index line).
         """
@@ -245,7 +251,7 @@ class Library:
         if not self._lock.acquire(blocking=False):
             return said(BUSY)
         try:
-            n = self.index.remove(ids)
+            n = self.writer.remove(ids)
             left = self.index.count()
         except Exception as exc:  # noqa: BLE001 - one line in the tab; the app keeps serving
             if not isinstance(exc, RagPapersError):
