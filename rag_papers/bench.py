@@ -454,6 +454,12 @@ class Bench:
                 f"{time.perf_counter() - t0:.1f} s)"
             )
 
+    def fresh_home(self, name: str) -> tuple[Path, dict[str, Any]]:
+        """An emptied data directory under the work folder, and the worker arguments every ingest of ours takes."""
+        home = self.work / name
+        shutil.rmtree(home, ignore_errors=True)
+        return home, {"home": str(home), "embed_backend": self.backend, "model_cache": str(self.model_cache)}
+
     def ours(
         self,
         n: int,
@@ -465,14 +471,8 @@ class Bench:
     ) -> dict[str, Any]:
         """Ingest, query and measure our pipeline; with ``kill``, the ingest is killed midway and resumed."""
         tag = "ours-server" if chroma_url else "ours"
-        home = self.work / f"{tag}-{n}"
-        shutil.rmtree(home, ignore_errors=True)
-        common = {
-            "home": str(home),
-            "embed_backend": self.backend,
-            "model_cache": str(self.model_cache),
-            "chroma_url": chroma_url,
-        }
+        home, common = self.fresh_home(f"{tag}-{n}")
+        common["chroma_url"] = chroma_url
         killed: dict[str, Any] = {}
         if kill:
             self.log(f"{tag}: ingesting {n:,} abstracts ({self.backend}), kill -9 at half, then resume")
@@ -648,14 +648,8 @@ class Bench:
     def resume_check(self, n: int) -> dict[str, Any]:
         """kill -9 an ingest midway, rerun it, and check nothing is lost or doubled."""
         corpus = self.corpus(n)
-        home = self.work / f"resume-{n}"
-        shutil.rmtree(home, ignore_errors=True)
-        args = {
-            "home": str(home),
-            "embed_backend": self.backend,
-            "model_cache": str(self.model_cache),
-            "corpus": str(corpus),
-        }
+        home, args = self.fresh_home(f"resume-{n}")
+        args["corpus"] = str(corpus)
         self.log(f"resume check: ingesting {n:,}, kill -9 at about half")
         killed = self.ingest_killed(home, args, n // 2)
         if killed["killed_at_papers"] < 0:

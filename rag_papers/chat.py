@@ -12,6 +12,7 @@ import re
 import time
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from typing import TypedDict, Unpack
 
 from rag_papers.answer import Answer, AnswerStream, TermStats, as_data, asks_for_papers, load_prompt
 from rag_papers.config import Settings
@@ -24,6 +25,14 @@ from rag_papers.retrieve import Filters, Hit, Retriever, SearchResult
 
 LIST_TOP_K = 10  # papers a "which papers ..." question retrieves at least, to list every one above the floor
 SIDE_TOP_K = 3  # hits searched for each side of a comparison, for the first that names it
+
+
+class AskOptions(TypedDict, total=False):
+    """``Engine.ask``'s options after the question and the backend, which a chat passes on unchanged."""
+
+    backend_note: str
+    top_k: int | None
+    filters: Filters | None
 
 
 class Engine:
@@ -493,21 +502,14 @@ class ChatSession:
         )
         return usable_rewrite(text, question, conversation)
 
-    def ask(
-        self,
-        question: str,
-        backend: Backend,
-        backend_note: str = "",
-        top_k: int | None = None,
-        filters: Filters | None = None,
-    ) -> tuple[str, AnswerStream]:
+    def ask(self, question: str, backend: Backend, **options: Unpack[AskOptions]) -> tuple[str, AnswerStream]:
         """Condense, retrieve, and return (standalone question, answer stream).
 
         The turn joins the history only once its answer completes: a failed or
         cancelled answer must not steer the next follow-up.
         """
         standalone, context = self._rewrite(question, backend)
-        stream = self.engine.ask(standalone, backend, backend_note, top_k, filters)
+        stream = self.engine.ask(standalone, backend, **options)
 
         def record(answer: Answer | None) -> None:
             if answer is not None:

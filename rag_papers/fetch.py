@@ -219,6 +219,15 @@ def _json(body: bytes, host: str) -> Any:
         raise FetchError(f"{host} answered something that is not JSON ({exc})") from None
 
 
+def _json_page(body: bytes, host: str, key: str, api: str) -> tuple[dict[str, Any], list[Any]]:
+    """A JSON page (an object) and its list of records under ``key``, else the one-line error naming ``api``."""
+    doc = _json(body, host)
+    items = doc.get(key) if isinstance(doc, dict) else None
+    if not isinstance(items, list):
+        raise FetchError(f"{host} answered JSON without a '{key}' list (not {api}?)")
+    return doc, items
+
+
 class ArxivSource(Source):
     """The arXiv API (https://info.arxiv.org/help/api/user-manual.html): Atom pages by ``start`` and
     ``max_results``, as arxiv.py asks, relevance-sorted; entries written in the arXiv metadata snapshot's shape
@@ -349,10 +358,7 @@ class OpenReviewSource(Source):
         return f"{self.base_url}/notes?{urlencode(query)}"
 
     def parse(self, body: bytes, state: dict[str, Any], page_size: int) -> Page:
-        doc = _json(body, self.host)
-        notes = doc.get("notes") if isinstance(doc, dict) else None
-        if not isinstance(notes, list):
-            raise FetchError(f"{self.host} answered JSON without a 'notes' list (not the OpenReview API v2?)")
+        doc, notes = _json_page(body, self.host, "notes", "the OpenReview API v2")
         total = doc.get("count") if isinstance(doc.get("count"), int) else state.get("total")
         # A note ``formats`` can read has a content object with a title; the rest are not papers.
         records = [n for n in notes if isinstance(n, dict) and isinstance(n.get("content"), dict) and
@@ -399,10 +405,7 @@ class OpenAlexSource(Source):
         return f"{self.base_url}/works?{urlencode(query)}"
 
     def parse(self, body: bytes, state: dict[str, Any], page_size: int) -> Page:
-        doc = _json(body, self.host)
-        results = doc.get("results") if isinstance(doc, dict) else None
-        if not isinstance(results, list):
-            raise FetchError(f"{self.host} answered JSON without a 'results' list (not the OpenAlex API?)")
+        doc, results = _json_page(body, self.host, "results", "the OpenAlex API")
         meta = doc.get("meta") or {}
         total = meta.get("count") if isinstance(meta.get("count"), int) else None
         cursor = meta.get("next_cursor")

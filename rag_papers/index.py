@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Unpack
 
 from rag_papers import RagPapersError
 from rag_papers.config import Settings
@@ -19,7 +19,7 @@ from rag_papers.corpus import Paper
 from rag_papers.embedding import Embedder
 from rag_papers.keyword import keyword_tokens, useful_terms
 from rag_papers.registry import in_batches, read_papers, row_to_paper
-from rag_papers.store import Store
+from rag_papers.store import Store, StoreOptions
 from rag_papers.vectors import VectorStoreError, kinds
 
 # ``Index.browse``'s sorts, each served by an index of the registry (papers_title, registry.BROWSE_INDEXES).
@@ -29,22 +29,14 @@ BROWSE_ORDER = {"title": "title", "year": "year DESC, title", "venue": "venue IS
 class Index:
     """Reads of an open data directory: ``nearest``, ``keyword``, ``get``, ``passages``; writes are ``Ingester``'s."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        embedder: Embedder | None = None,
-        *,
-        rebuild: bool = False,
-        embedder2: Embedder | None = None,
-        store: Store | None = None,
-    ) -> None:
-        """Read ``store``, or a ``Store`` opened here on ``settings`` (``embedder``, ``rebuild``, ``embedder2``:
-        ``Store``'s). Either way ``close`` closes it: a writer that shares it (``Ingester(index.store)``)
-        is done before the index is.
+    def __init__(self, settings: Settings, *, store: Store | None = None, **open_with: Unpack[StoreOptions]) -> None:
+        """Read ``store``, or a ``Store`` opened here on ``settings`` with ``open_with`` (``Store``'s options).
+        Either way ``close`` closes it: a writer that shares it (``Ingester(index.store)``) is done before
+        the index is.
         """
         if store is None:
-            store = Store(settings, embedder, rebuild=rebuild, embedder2=embedder2)
-        elif embedder is not None or embedder2 is not None or rebuild:
+            store = Store(settings, **open_with)
+        elif any(open_with.values()):
             raise ValueError("give an open store, or what to open one with, not both")
         self.store = store
         self.settings = settings

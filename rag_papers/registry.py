@@ -13,7 +13,7 @@ import fcntl
 import json
 import os
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -159,47 +159,24 @@ class RegistryCursor(sqlite3.Cursor):
         path = getattr(self.connection, "registry_path", None)
         return damaged_error(path, str(exc)) if path is not None and is_damage(exc) else exc
 
-    def execute(self, *args: Any) -> Any:
+
+def _guarded(name: str) -> Callable[..., Any]:
+    """``sqlite3.Cursor``'s method ``name``, raising the registry's one line where it meets damage."""
+    base = getattr(sqlite3.Cursor, name)
+
+    def method(self: RegistryCursor, *args: Any) -> Any:
         try:
-            return super().execute(*args)
+            return base(self, *args)
         except sqlite3.DatabaseError as exc:
             raise self._damaged(exc) from None
 
-    def executemany(self, *args: Any) -> Any:
-        try:
-            return super().executemany(*args)
-        except sqlite3.DatabaseError as exc:
-            raise self._damaged(exc) from None
+    method.__name__ = name
+    return method
 
-    def executescript(self, *args: Any) -> Any:
-        try:
-            return super().executescript(*args)
-        except sqlite3.DatabaseError as exc:
-            raise self._damaged(exc) from None
 
-    def fetchone(self) -> Any:
-        try:
-            return super().fetchone()
-        except sqlite3.DatabaseError as exc:
-            raise self._damaged(exc) from None
-
-    def fetchmany(self, *args: Any) -> list[Any]:
-        try:
-            return super().fetchmany(*args)
-        except sqlite3.DatabaseError as exc:
-            raise self._damaged(exc) from None
-
-    def fetchall(self) -> list[Any]:
-        try:
-            return super().fetchall()
-        except sqlite3.DatabaseError as exc:
-            raise self._damaged(exc) from None
-
-    def __next__(self) -> Any:
-        try:
-            return super().__next__()
-        except sqlite3.DatabaseError as exc:
-            raise self._damaged(exc) from None
+# Every way a cursor reads or writes (a loop over the cursor too: ``__next__``).
+for _name in ("execute", "executemany", "executescript", "fetchone", "fetchmany", "fetchall", "__next__"):
+    setattr(RegistryCursor, _name, _guarded(_name))
 
 
 class RegistryConnection(sqlite3.Connection):

@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import closing, contextmanager
+from typing import TypedDict
 
 from rag_papers import RagPapersError
 from rag_papers.config import Settings
@@ -48,6 +49,14 @@ from rag_papers.vectors import VectorStore, VectorStoreError, kinds
 KEYWORD_SURPLUS_MAX = 1000
 WATCH_SECONDS = 2.0  # how often a long-running reader looks for other processes' writes
 REOPEN_SECONDS = 10.0  # how often, at most, it reopens the embedded vector store to see them
+
+
+class StoreOptions(TypedDict, total=False):
+    """What a ``Store`` is opened with besides the settings (``Index`` passes them on)."""
+
+    embedder: Embedder | None
+    rebuild: bool
+    embedder2: Embedder | None
 
 
 class Store:

@@ -381,7 +381,7 @@ class ChatApp:
             # them aside and say so, with the clock, instead of a still "Searching the abstracts…".
             ex.phase = "rewriting" if not backend.extractive and state.session.turns else "searching"
             standalone, stream = yield from self._while_waiting(
-                state, lambda: state.session.ask(ex.question, backend, "", top_k, filters)
+                state, lambda: state.session.ask(ex.question, backend, top_k=top_k, filters=filters)
             )
             ex.standalone = standalone
             # Provisional sources (the prompt's papers, in order) so citations work while streaming:
@@ -700,7 +700,7 @@ class ChatApp:
         try:
             name, model_value = self.resolve(backend_name, model)  # only allowed names; never a path
             backend, _ = self.engine.backend(name, model_value)
-            standalone, stream = state.session.ask(question, backend, "", int(top_k or self.settings.top_k))
+            standalone, stream = state.session.ask(question, backend, top_k=int(top_k or self.settings.top_k))
             for _ in stream:
                 pass
             answer = stream.answer
@@ -903,20 +903,8 @@ class ChatApp:
     def _layout_controls(self, ui: Parts) -> None:
         """Retrieval only, the rewritten question, edit, new chat, export."""
         with gr.Row(elem_id="rp-controls"):
-            ui.retrieval_only = gr.Checkbox(
-                label="Retrieval only (list papers, no answer)",
-                value=False,
-                elem_id="rp-retrieval-only",
-                container=False,
-                scale=3,
-            )
-            ui.show_rewrite = gr.Checkbox(
-                label="Show rewritten question",
-                value=False,
-                elem_id="rp-show-rewrite",
-                container=False,
-                scale=3,
-            )
+            ui.retrieval_only = _toggle("Retrieval only (list papers, no answer)", "rp-retrieval-only")
+            ui.show_rewrite = _toggle("Show rewritten question", "rp-show-rewrite")
             ui.edit = gr.Button("✎ Edit last question", size="md", elem_id="rp-edit", min_width=100, scale=1)
             ui.new = gr.Button("New chat", size="md", elem_id="rp-new", min_width=100, scale=1)
             ui.export = gr.DownloadButton(
@@ -1300,3 +1288,8 @@ def build_app(
 ) -> gr.Blocks:
     """The Blocks app (queue configured, not launched); ``engine`` defaults to one over ``settings``."""
     return ChatApp(settings, engine or Engine(settings), llm, model).build()
+
+
+def _toggle(label: str, elem_id: str) -> gr.Checkbox:
+    """One of the chat's switches under the input: off at the start, no frame around it."""
+    return gr.Checkbox(label=label, value=False, elem_id=elem_id, container=False, scale=3)
