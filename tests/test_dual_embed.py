@@ -18,9 +18,10 @@ from conftest import SEEDS, ingest_seeds, run_main
 
 from rag_papers import RagPapersError
 from rag_papers.config import Settings, load_settings
-from rag_papers.embedding import SPLIT_MODELS, Embedder, OnnxEmbedder
+from rag_papers.embedding import Embedder, OnnxEmbedder
 from rag_papers.index import Index
 from rag_papers.ingest import Ingester, index_complete, verify_index
+from rag_papers.model_files import SPLIT_MODELS
 from rag_papers.retrieve import DenseHit, Retriever, combine_dense, dense_hits
 from rag_papers.vectors import VectorStoreError
 

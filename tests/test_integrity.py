@@ -367,7 +367,7 @@ def test_a_killed_onnx_export_leaves_no_half_written_folders(seeded: Settings, t
 SCRATCH_JOB = """
 import os, signal, sys, time
 from pathlib import Path
-from rag_papers.embedding import scratch_dir
+from rag_papers.model_files import scratch_dir
 
 where, parent = sys.argv[1], Path(sys.argv[2])
 if where == "creation":  # the moment the folder exists, before the job has begun

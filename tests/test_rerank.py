@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from rag_papers import RagPapersError, cli, embedding, rerank
+from rag_papers import RagPapersError, cli, model_files, rerank
 from rag_papers.config import Settings
 from rag_papers.index import Index
 from rag_papers.retrieve import Filters, Retriever, SearchResult
@@ -27,8 +27,8 @@ N = 20  # the default rerank_candidates
 @pytest.fixture(autouse=True)
 def _hub_offline(monkeypatch: pytest.MonkeyPatch) -> None:
     """As if the user had set HF_HUB_OFFLINE=1: an uncached hub name must fail, never download."""
-    monkeypatch.setattr(embedding, "USER_HUB_OFFLINE", True)
-    embedding._hub_resolved.clear()
+    monkeypatch.setattr(model_files, "USER_HUB_OFFLINE", True)
+    model_files._hub_resolved.clear()
 
 
 @pytest.fixture(scope="module")
@@ -196,7 +196,7 @@ def test_a_hub_name_in_the_model_cache_is_used_offline(seeded: Settings, cross_e
     import shutil
 
     commit = "0123456789abcdef0123456789abcdef01234567"
-    store = embedding.hub_cache_dir(seeded.models_dir) / "models--testorg--tiny-reranker"
+    store = model_files.hub_cache_dir(seeded.models_dir) / "models--testorg--tiny-reranker"
     shutil.copytree(cross_encoder, store / "snapshots" / commit)
     (store / "refs").mkdir()
     (store / "refs" / "main").write_text(commit)
