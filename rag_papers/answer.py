@@ -284,12 +284,12 @@ def sentence_prior(sentence: str) -> int:
 
 
 # "Which papers ...", "Is there work on ...", "Are there papers ...": asked for a list of papers.
-_LISTING = re.compile(
-    r"^\W*(?:(?:which|what)\s+(?:papers?|works?|studies|articles)\b"
-    r"|(?:is|are)\s+there\s+(?:any\s+)?(?:\w+\s+)?(?:papers?|works?|research|studies|articles)\b"
-    r"|any\s+(?:papers?|work|research|studies)\s+(?:on|about)\b)",
-    re.IGNORECASE,
-)
+_LISTING_STARTS = [
+    r"(?:which|what)\s+(?:papers?|works?|studies|articles)\b",  # "which papers ...", "what work ..."
+    r"(?:is|are)\s+there\s+(?:any\s+)?(?:\w+\s+)?(?:papers?|works?|research|studies|articles)\b",  # "is there work"
+    r"any\s+(?:papers?|work|research|studies)\s+(?:on|about)\b",  # "any papers on ..."
+]
+_LISTING = re.compile(r"^\W*(?:" + "|".join(_LISTING_STARTS) + ")", re.IGNORECASE)
 
 
 def asks_for_papers(question: str) -> bool:

@@ -312,14 +312,17 @@ class Settings(BaseSettings):
 
     @property
     def chroma_dir(self) -> Path:
+        """The embedded Chroma store (vectors only; unused with ``chroma_url``)."""
         return self.home / "chroma"
 
     @property
     def db_path(self) -> Path:
+        """The registry, the one source of truth: every paper's record and text; the other stores derive from it."""
         return self.home / "papers.sqlite"
 
     @property
     def keyword_path(self) -> Path:
+        """The tantivy keyword index, rebuilt from the registry when it is out of step."""
         return self.home / "keyword"
 
     @property
