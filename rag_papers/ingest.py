@@ -48,7 +48,7 @@ from rag_papers.registry import (
     registry_write,
     writing,
 )
-from rag_papers.store import Store
+from rag_papers.store import Store, passage_text
 from rag_papers.vectors import (
     MODEL_KINDS,
     DiskFullError,
@@ -69,18 +69,6 @@ def chunk_texts(abstract: str, chunk_tokens: int, overlap: int, tokenize: Callab
 
     splitter = SentenceSplitter(chunk_size=chunk_tokens, chunk_overlap=overlap, tokenizer=tokenize)
     return [c for c in splitter.split_text(abstract) if c.strip()] or [abstract]
-
-
-def passage_text(title: str, chunk: str) -> str:
-    """What gets embedded for one chunk: the chunk led by its paper's title, for context.
-
-    Chunks are as long as the model's window allows, so most abstracts are one head
-    chunk plus one tail that overlaps it: every sentence is covered for about 2 embeddings
-    a paper. Smaller chunks measured no better on eval/qa.jsonl and cost much more ingest
-    time; less overlap saved few tokens and scored worse on paraphrased questions
-    (docs/design-notes.md).
-    """
-    return f"{title}. {chunk}"
 
 
 @dataclass

@@ -27,6 +27,7 @@ from rag_papers.config import Settings, TopK, Year, validation_message
 from rag_papers.corpus import Paper, safe_text, sentences
 from rag_papers.index import Index
 from rag_papers.keyword import BM25_K1, keyword_query, keyword_tokens, lucene_idf, paper_text, useful_terms
+from rag_papers.store import passage_text
 
 if TYPE_CHECKING:
     from rag_papers.rerank import Scored
@@ -358,7 +359,6 @@ class Retriever:
         # top rerank_candidates of ``scored`` that pass the filters; the rest keep their fused order after them.
         rerank_scores: dict[str, float] = {}
         if s.reranker:
-            from rag_papers.ingest import passage_text
             from rag_papers.rerank import rerank_scored
 
             t2 = time.perf_counter()

@@ -52,6 +52,18 @@ WATCH_SECONDS = 2.0  # how often a long-running reader looks for other processes
 REOPEN_SECONDS = 10.0  # how often, at most, it reopens the embedded vector store to see them
 
 
+def passage_text(title: str, chunk: str) -> str:
+    """What gets embedded for one chunk: the chunk led by its paper's title, for context.
+
+    Chunks are as long as the model's window allows, so most abstracts are one head
+    chunk plus one tail that overlaps it: every sentence is covered for about 2 embeddings
+    a paper. Smaller chunks measured no better on eval/qa.jsonl and cost much more ingest
+    time; less overlap saved few tokens and scored worse on paraphrased questions
+    (docs/design-notes.md).
+    """
+    return f"{title}. {chunk}"
+
+
 class StoreOptions(TypedDict, total=False):
     """What a ``Store`` is opened with besides the settings (``Index`` passes them on)."""
 
