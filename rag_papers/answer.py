@@ -217,13 +217,14 @@ def build_messages(
         block = _source_block(source_t, len(used) + 1, paper, paper.abstract)
         cost = estimate_tokens(block)
         if cost > budget:
-            kept = sentences(paper.abstract)  # the text as stored: what the model reads
+            split = sentences(paper.abstract)  # the text as stored: what the model reads
+            kept = list(split)
             while kept and estimate_tokens(" ".join(kept)) + 40 > budget:
                 kept.pop()
             if used and (not kept or budget < 120):
                 break
             if not kept:  # not even one sentence fits: give the model the first one anyway
-                kept = sentences(paper.abstract)[:1]
+                kept = split[:1]
             block = _source_block(source_t, len(used) + 1, paper, " ".join(kept))
             cost = estimate_tokens(block)
         blocks.append(block)
