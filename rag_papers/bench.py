@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from rag_papers.choices import EMBED_BACKENDS
-from rag_papers.paths import checkout_eval_dir
+from rag_papers.paths import checkout_eval_dir, home_path
 from rag_papers.stats import PERCENTILE_RULE, percentile
 from rag_papers.vectors import tree_bytes
 
@@ -509,7 +509,7 @@ class Bench:
             # With a server, its data folder holds the vectors: count it too.
             "size_mb": round(
                 (
-                    tree_bytes(home, exclude=home / "models")
+                    tree_bytes(home, exclude=home_path(home, "models"))
                     + (tree_bytes(self.work / "chroma-server") if chroma_url else 0)
                 )
                 / 2**20,
@@ -624,7 +624,7 @@ class Bench:
         cmd = worker_command("ours-ingest", args)
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, env=self.env(home), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        db = home / "papers.sqlite"
+        db = home_path(home, "papers.sqlite")
         killed_at, peak = -1, 0.0
         while proc.poll() is None:
             time.sleep(0.2)

@@ -578,7 +578,7 @@ def _first_time(settings: Settings, notice: str) -> bool:
     """Whether ``notice`` is new for this data directory (and records it). A notice about the setup, such as no
     Ollama server, holds until the setup changes: said once, not above every answer (the footer names the
     backend each time). A data directory that cannot be written to shows it every time."""
-    seen = settings.home / "notices-shown.txt"
+    seen = settings.in_home("notices-shown.txt")
     line = " ".join(notice.split())  # kept one a line: compared as it is written
     try:
         if line in (seen.read_text(encoding="utf-8").splitlines() if seen.is_file() else []):
@@ -724,7 +724,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     info = {
         "version": __version__,
         "home": str(settings.home),
-        "store": settings.chroma_url or str(settings.chroma_dir),
+        "store": settings.chroma_url or str(settings.in_home("chroma")),
         "papers": store.count(),
         "vectors": vectors,
         "model_cache": str(settings.models_dir),

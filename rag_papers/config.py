@@ -27,7 +27,10 @@ from rag_papers import RagPapersError, paths
 from rag_papers.choices import PRESETS as PRESETS
 from rag_papers.choices import EmbedBackend as EmbedBackend
 from rag_papers.choices import RetrievalMode as RetrievalMode
+from rag_papers.paths import HOME_LAYOUT as HOME_LAYOUT
 from rag_papers.paths import PROJECT_ROOT as PROJECT_ROOT  # re-exported: tests and app scripts locate the checkout
+from rag_papers.paths import HomePart as HomePart
+from rag_papers.paths import home_path as home_path
 
 SCHEMA_VERSION = 1
 # The most tokens one answer may ask for: a bound on ``max_answer_tokens``, and a hard cap on any
@@ -310,25 +313,9 @@ class Settings(BaseSettings):
         """``ollama_host`` as a URL (``ollama_url``): what the Ollama clients are given."""
         return ollama_url(self.ollama_host)
 
-    @property
-    def chroma_dir(self) -> Path:
-        """The embedded Chroma store (vectors only; unused with ``chroma_url``)."""
-        return self.home / "chroma"
-
-    @property
-    def db_path(self) -> Path:
-        """The registry, the one source of truth: every paper's record and text; the other stores derive from it."""
-        return self.home / "papers.sqlite"
-
-    @property
-    def keyword_path(self) -> Path:
-        """The tantivy keyword index, rebuilt from the registry when it is out of step."""
-        return self.home / "keyword"
-
-    @property
-    def own_models_dir(self) -> Path:
-        """Where versions before the per-user cache kept a data directory's models: HOME/models."""
-        return self.home / "models"
+    def in_home(self, part: HomePart, tail: str = "") -> Path:
+        """``part`` of this data directory: HOME/papers.sqlite, HOME/chroma, ... (HOME_LAYOUT says what each holds)."""
+        return home_path(self.home, part, tail)
 
     @property
     def models_dir(self) -> Path:
@@ -337,15 +324,15 @@ class Settings(BaseSettings):
         else the per-user cache (``user_model_cache``)."""
         if self.model_cache is not None:
             return self.model_cache
-        if _holds_models(self.own_models_dir):
-            return self.own_models_dir
+        if _holds_models(self.in_home("models")):
+            return self.in_home("models")
         return user_model_cache()
 
     def models_dir_origin(self) -> str:
         """Why ``models_dir`` is where it is, in words (for ``rag-papers info``)."""
         if self.model_cache is not None:
             return "the model_cache setting"
-        if self.models_dir == self.own_models_dir:
+        if self.models_dir == self.in_home("models"):
             return (
                 f"this data directory's own, filled by an earlier version: move its contents to {user_model_cache()} "
                 "to share them with every data directory"

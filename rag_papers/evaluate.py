@@ -848,7 +848,7 @@ def default_paths(settings: Settings) -> tuple[Path | None, Path]:
     """
     eval_dir = checkout_eval_dir()
     if eval_dir is None:
-        return None, settings.home / "eval"
+        return None, settings.in_home("eval")
     return eval_dir / "qa.jsonl", eval_dir / "results"
 
 

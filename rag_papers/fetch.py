@@ -436,7 +436,7 @@ def default_out(settings: Settings, source: Source) -> Path:
     if slug != source.target:  # two targets that read alike get two files
         slug += "-" + hashlib.sha1(source.target.encode()).hexdigest()[:6]
     extra = "-submissions" if isinstance(source, OpenReviewSource) and source.submissions else ""
-    return settings.home / "fetched" / f"{source.name}-{slug}{extra}.jsonl"
+    return settings.in_home("fetched") / f"{source.name}-{slug}{extra}.jsonl"
 
 
 @dataclass

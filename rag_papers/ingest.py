@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from rag_papers import RagPapersError
-from rag_papers.config import SCHEMA_VERSION, Settings
+from rag_papers.config import SCHEMA_VERSION, HomePart, Settings
 from rag_papers.corpus import (
     CorpusError,
     Paper,
@@ -148,9 +148,9 @@ class SpaceCheck:
         s = self.settings
         chars = sum(len(p.abstract) + len(p.title) for p in papers) + sum(len(c) for _, _, c in passages)
         estimate = len(passages) * 2 * (dim * 4 * 3 + 1024) + chars * 10 + len(papers) * 2048
-        headroom = s.min_free_mb * 1_000_000 + tree_bytes(s.keyword_path)
+        headroom = s.min_free_mb * 1_000_000 + tree_bytes(s.in_home("keyword"))
         if not s.chroma_url:
-            headroom += tree_bytes(s.chroma_dir) // 4
+            headroom += tree_bytes(s.in_home("chroma")) // 4
         need = 2 * estimate + headroom
         free = free_bytes(s.home)
         if free < need:
@@ -214,13 +214,15 @@ class Ingester:
         the store in use lacks are re-embedded from their registered chunk texts; the
         keyword index is rebuilt if it is out of step.
         """
-        problem = quick_check(self.settings.db_path)  # every page of the source of truth, before anything is derived
+        problem = quick_check(
+            self.settings.in_home("papers.sqlite")
+        )  # every page of the source of truth, before anything is derived
         if problem is not None:
-            raise damaged_error(self.settings.db_path, problem)
+            raise damaged_error(self.settings.in_home("papers.sqlite"), problem)
         try:
             self.store.verify_keyword(full=True)  # every file against tantivy's checksums, not only new ones
             self.store.kw_store.lock()
-            with writing(self.settings.db_path):
+            with writing(self.settings.in_home("papers.sqlite")):
                 return self._repair(show_progress, full=True)
         finally:
             self.store.release_writer()
@@ -429,7 +431,7 @@ class Ingester:
             with self.db:
                 self.db.executemany("INSERT OR IGNORE INTO pending VALUES (?)", [(p.id,) for p in batch])
         except sqlite3.Error as exc:
-            raise registry_error(self.settings.db_path, exc, writing=True) from None
+            raise registry_error(self.settings.in_home("papers.sqlite"), exc, writing=True) from None
         self._write_vectors(passages)
         first = int(self.db.execute("SELECT COALESCE(MAX(seq), 0) FROM papers").fetchone()[0]) + 1
         # The keyword index before the registry: a kill in between leaves it ahead (papers the
@@ -494,7 +496,7 @@ class Ingester:
             )
 
     def _registry_write(self) -> AbstractContextManager[None]:
-        return registry_write(self.settings.db_path)
+        return registry_write(self.settings.in_home("papers.sqlite"))
 
     def ingest(self, paths: Iterable[Path], rebuild: bool = False, show_progress: bool = True) -> IngestReport:
         """Sync the index with these files: new abstracts added, vanished ones removed.
@@ -503,7 +505,7 @@ class Ingester:
         touches the index. Papers from files not named here are left alone.
         """
         try:
-            with writing(self.settings.db_path):
+            with writing(self.settings.in_home("papers.sqlite")):
                 return self._ingest(paths, rebuild, show_progress)
         finally:
             self.store.release_writer()
@@ -704,7 +706,7 @@ class Ingester:
     def _swap_in(self, stage: Settings) -> None:
         """Replace this index's contents with the staging index's (``_rebuild_beside``)."""
         with self._registry_write():
-            self.db.execute("ATTACH DATABASE ? AS staging", (str(stage.db_path),))
+            self.db.execute("ATTACH DATABASE ? AS staging", (str(stage.in_home("papers.sqlite")),))
             try:
                 with self.db:
                     for table in ("papers", "sources", "chunks", "pending", "meta"):
@@ -767,7 +769,7 @@ class Ingester:
 
     def remove(self, paper_ids: Sequence[str]) -> int:
         try:
-            with writing(self.settings.db_path):
+            with writing(self.settings.in_home("papers.sqlite")):
                 return self._remove(paper_ids)
         finally:
             self.store.release_writer()
@@ -815,7 +817,7 @@ class Ingester:
         self.store.forget_counts()
 
 
-STAGING_PREFIX = ".rebuild-"
+STAGING_PREFIX: HomePart = ".rebuild-"
 
 
 def staging_settings(settings: Settings) -> Settings:
@@ -823,7 +825,7 @@ def staging_settings(settings: Settings) -> Settings:
     space is counted where it is used), this process's id in its name; on a Chroma server, collections
     named after it. The model cache is pinned: a data directory's own older cache is not the staging's."""
     pid = os.getpid()
-    update: dict[str, Any] = {"home": settings.home / f"{STAGING_PREFIX}{pid}", "model_cache": settings.models_dir}
+    update: dict[str, Any] = {"home": settings.in_home(STAGING_PREFIX, str(pid)), "model_cache": settings.models_dir}
     if settings.chroma_url:
         update["collection"] = f"{settings.collection}-rb{pid}"
     return settings.model_copy(update=update)
@@ -862,13 +864,13 @@ def verify_index(settings: Settings) -> dict[str, Any]:
     """
     from rag_papers.keyword import KeywordStore
 
-    con = sqlite3.connect(settings.db_path)
+    con = sqlite3.connect(settings.in_home("papers.sqlite"))
     rows = con.execute("SELECT id, n_chunks, seq FROM papers").fetchall()
     papers = {pid: n for pid, n, _ in rows}
     seqs = {int(seq) for _, _, seq in rows}
     texts = {f"{pid}:{i}" for pid, i in con.execute("SELECT paper_id, i FROM chunks")}  # (paper_id, i) is the key
     con.close()
-    kw_seqs = KeywordStore(settings.keyword_path).seqs()
+    kw_seqs = KeywordStore(settings.in_home("keyword")).seqs()
     store = VectorStore(settings)
     expected = {f"{pid}:{i}" for pid, n in papers.items() for i in range(n)}
     out: dict[str, Any] = {"papers": len(papers)}

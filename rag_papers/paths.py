@@ -3,7 +3,8 @@
 A wheel carries ``prompts/`` and ``seeds/`` as package data (pyproject.toml maps the top-level folders to
 ``rag_papers/prompts`` and ``rag_papers/seeds``), read through ``importlib.resources``. Run from the repository
 (an editable install, or PYTHONPATH) the package folder has no such subfolders and the top-level ones are used.
-No pydantic here: ``synth`` and ``bench`` import this from their light entry points.
+And what a data directory holds (``HOME_LAYOUT``). No pydantic here: ``synth`` and ``bench`` import this from their
+light entry points.
 """
 
 from __future__ import annotations
@@ -11,10 +12,47 @@ from __future__ import annotations
 import os
 from importlib import resources
 from pathlib import Path
+from typing import Literal
 
 PACKAGE = "rag_papers"
 # The repository when running from a checkout; site-packages in an installed wheel (use only through the helpers).
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+# What rag-papers keeps in a data directory (HOME), in one place: each part's name and what it holds. Code names
+# a part only through ``home_path`` / ``Settings.in_home``, so a typo is a type error and the layout is read here.
+HomePart = Literal[
+    "papers.sqlite",
+    "chroma",
+    "keyword",
+    "models",
+    "fetched",
+    "uploads",
+    "eval",
+    "logs",
+    "ui-secret",
+    "notices-shown.txt",
+    "replaced-chroma",
+    ".rebuild-",
+]
+HOME_LAYOUT: dict[HomePart, str] = {
+    "papers.sqlite": "the registry, the one source of truth: every paper's record and text; the others derive from it",
+    "chroma": "the embedded Chroma store (vectors only; unused with chroma_url)",
+    "keyword": "the tantivy keyword index, rebuilt from the registry when it is out of step",
+    "models": "models, where versions before the per-user cache kept them (still used when filled)",
+    "fetched": "what `rag-papers fetch` wrote, one file per query or venue (a rerun resumes it)",
+    "uploads": "files added in the UI's Papers tab, kept as uploaded",
+    "eval": "evaluation results, for an installed package (a checkout writes eval/results)",
+    "logs": "the chat app's log (chat.log, rotated)",
+    "ui-secret": "the key the browser's copy of past chats is encrypted with",
+    "notices-shown.txt": "setup notices already shown once",
+    "replaced-chroma": "the vector store a --rebuild replaced, for the moment of the swap",
+    ".rebuild-": "a --rebuild's staging data directory, .rebuild-PID, swapped in when complete (a dead one's is removed)",
+}
+
+
+def home_path(home: Path, part: HomePart, tail: str = "") -> Path:
+    """``part`` of the data directory ``home`` (HOME_LAYOUT says what it holds); ``tail`` completes a prefix."""
+    return home / f"{part}{tail}"
 
 
 def shipped_dir(name: str) -> Path:

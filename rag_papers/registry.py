@@ -319,7 +319,7 @@ def move_damaged_registry_aside(settings: Settings) -> str:
     """Before ``ingest --rebuild``: a registry SQLite finds damaged (its header, or ``quick_check``) is renamed
     to ``papers.sqlite.damaged-<time>`` (never deleted) so that the rebuild starts a new one. Returns the note
     saying so and what was lost ("" when the registry is intact or absent)."""
-    path = settings.db_path
+    path = settings.in_home("papers.sqlite")
     try:
         check_registry_file(path)
         problem = quick_check(path)

@@ -98,7 +98,7 @@ class Store:
         if rebuild:  # a damaged registry (header or pages) is renamed, never deleted, and a new one started
             moved = move_damaged_registry_aside(settings)
             self.notes_at_open = [moved] if moved else []
-        self.db = open_registry(settings.db_path)
+        self.db = open_registry(settings.in_home("papers.sqlite"))
         # Reads from other threads (a search's keyword side, UI request threads) get their own
         # connections: CPython 3.12+ cannot step one connection from two threads at once
         # (cpython#118172), and with separate connections their reads do not take turns.
@@ -201,7 +201,7 @@ class Store:
             return self.db
         conn: sqlite3.Connection | None = getattr(self._local, "db", None)
         if conn is None:
-            conn = self._local.db = connect(self.settings.db_path, mmap=True)
+            conn = self._local.db = connect(self.settings.in_home("papers.sqlite"), mmap=True)
             with self._readers_lock:
                 self._readers.append(conn)
         return conn
@@ -249,7 +249,7 @@ class Store:
         Replacing it takes tantivy's writer lock first: while another process writes the index, this
         one cannot, and says so in one line naming ``repair`` instead of reading damaged files.
         """
-        path = self.settings.keyword_path
+        path = self.settings.in_home("keyword")
         bad = damaged_files(path, full=full)
         if not bad:
             if self._kw is None:
@@ -336,7 +336,7 @@ class Store:
         except (RagPapersError, ValueError, OSError):
             return  # another process writes (and syncs it), or the data directory is read-only
         try:
-            with closing(connect(self.settings.db_path)) as db:
+            with closing(connect(self.settings.in_home("papers.sqlite"))) as db:
                 self.sync_keyword(db, show_progress=False)
         except (RagPapersError, ValueError, OSError, sqlite3.Error):
             pass  # a read-only registry, a full disk: searches go on with what the index has
@@ -373,7 +373,7 @@ class Store:
         kw.rebuild(rows())
         if progress is not None:
             progress.close()
-        with registry_write(self.settings.db_path), db:
+        with registry_write(self.settings.in_home("papers.sqlite")), db:
             db.execute("INSERT OR REPLACE INTO meta VALUES ('keyword_version', ?)", (KEYWORD_VERSION,))
         return True
 
@@ -395,7 +395,7 @@ class Store:
                 return
             self._watched_at = now
             if self._watch_db is None:
-                self._watch_db = connect(self.settings.db_path)
+                self._watch_db = connect(self.settings.in_home("papers.sqlite"))
             version = int(self._watch_db.execute("PRAGMA data_version").fetchone()[0])
             if version == self._data_version:
                 return
@@ -487,7 +487,7 @@ class Store:
                 else "rag-papers repair"
             )
             raise VectorStoreError(
-                f"the vector store at {self.vectors.location} does not match the registry {self.settings.db_path} "
+                f"the vector store at {self.vectors.location} does not match the registry {self.settings.in_home('papers.sqlite')} "
                 f"({why}): run `{repair}` to embed the missing papers from the registry"
             )
 

@@ -166,7 +166,7 @@ class VectorStore:
     @property
     def location(self) -> str:
         """What the user knows this store by: the server URL or the embedded folder."""
-        return str(self.settings.chroma_url) if self.server else str(self.settings.chroma_dir)
+        return str(self.settings.chroma_url) if self.server else str(self.settings.in_home("chroma"))
 
     def names(self) -> dict[Which, str]:
         """Every collection this store may hold; the second model's are named from the first's (Chroma's
@@ -242,7 +242,7 @@ class VectorStore:
         try:
             from chromadb.api.shared_system_client import SharedSystemClient
 
-            key = str(self.settings.chroma_dir)
+            key = str(self.settings.in_home("chroma"))
             SharedSystemClient._identifier_to_system.pop(key, None)
             SharedSystemClient._identifier_to_refcount.pop(key, None)
         except (ImportError, AttributeError):  # another chromadb layout: nothing cached to drop
@@ -255,7 +255,7 @@ class VectorStore:
         chroma_settings = ChromaSettings(anonymized_telemetry=False)
         url = self.settings.chroma_url
         if not url:
-            return chromadb.PersistentClient(path=str(self.settings.chroma_dir), settings=chroma_settings)
+            return chromadb.PersistentClient(path=str(self.settings.in_home("chroma")), settings=chroma_settings)
         from urllib.parse import urlparse
 
         u = urlparse(url if "://" in url else f"http://{url}")
@@ -463,8 +463,8 @@ class VectorStore:
             return
         self._forget_system()
         staged._forget_system()
-        src, dest = staged.settings.chroma_dir, self.settings.chroma_dir
-        old = staged.settings.home / "replaced-chroma"
+        src, dest = staged.settings.in_home("chroma"), self.settings.in_home("chroma")
+        old = staged.settings.in_home("replaced-chroma")
         if dest.exists():
             os.replace(dest, old)
         if src.exists():
@@ -483,7 +483,7 @@ class VectorStore:
             return f"deleted the unreadable collections on {self.location}"
         self.close()
         self._forget_system()
-        src = self.settings.chroma_dir
+        src = self.settings.in_home("chroma")
         dest = aside_name(src)
         if src.exists():
             os.replace(src, dest)

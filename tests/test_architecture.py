@@ -118,3 +118,24 @@ def test_the_check_sees_every_kind_of_import(tmp_path: Path) -> None:
     graph = import_graph(pkg, "pkg")
     assert graph["pkg.sub.d"] == {"pkg.c": "pkg/sub/d.py:1"}
     assert sorted(cycles(graph)) == [["pkg.a", "pkg.b"], ["pkg.c", "pkg.sub.d"]]
+
+
+def test_the_data_directory_layout_is_named_in_one_place() -> None:
+    """Every part of HOME is named in paths.py's HOME_LAYOUT and reached through ``home_path`` / ``in_home``:
+    no other module joins a name onto a home folder (bench used to spell out "papers.sqlite" itself)."""
+    import re
+    from typing import get_args
+
+    from rag_papers.paths import HOME_LAYOUT, HomePart
+
+    assert set(HOME_LAYOUT) == set(get_args(HomePart))
+    joined = re.compile(r"\bhome\s*/\s*f?[\"']")  # settings.home / "x", home / f"x{...}"
+    root = PROJECT_ROOT / "rag_papers"
+    found = [
+        f"{path.relative_to(root)}:{n}: {line.strip()}"
+        for path in sorted(root.rglob("*.py"))
+        if path.name != "paths.py"
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if joined.search(line)
+    ]
+    assert found == []

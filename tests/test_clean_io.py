@@ -138,7 +138,7 @@ def test_cli_never_prints_control_bytes_from_a_hostile_corpus(tmp_path: Path) ->
 def old_index(seeded: Settings) -> Iterator[tuple[Settings, str]]:
     """The seeds index with ABBA's registry row rewritten as an index made before the rule would hold it."""
     evil = "\u001b[2J\u001b[31m\u202e"
-    with sqlite3.connect(seeded.db_path) as db:
+    with sqlite3.connect(seeded.in_home("papers.sqlite")) as db:
         (pid,) = db.execute("SELECT id FROM papers WHERE title LIKE 'ABBA:%'").fetchone()
         db.execute(
             "UPDATE papers SET title = ?, abstract = replace(abstract, 'ABBA', ?) WHERE id = ?",

@@ -171,7 +171,7 @@ def test_the_colour_flag_is_checked_before_anything_loads(tmp_path: Path) -> Non
 def hostile_title(seeded: Settings) -> Settings:
     """ABBA's title and passage as an index written before ingest stripped controls would hold them."""
     evil = "\u001b[2J\u001b[31m\u202e"
-    with sqlite3.connect(seeded.db_path) as db:
+    with sqlite3.connect(seeded.in_home("papers.sqlite")) as db:
         (pid,) = db.execute("SELECT id FROM papers WHERE title LIKE 'ABBA:%'").fetchone()
         db.execute("UPDATE papers SET title = ? WHERE id = ?", (f"ABBA{evil}: pre-trained weights\u0007", pid))
         db.execute("UPDATE chunks SET text = replace(text, 'ABBA', ?) WHERE paper_id = ?", (f"AB{evil}BA", pid))

@@ -375,7 +375,7 @@ BAD_INPUTS: dict[str, Callable[[Path], tuple[Path, str]]] = {
 def _db_rows(settings: Settings) -> tuple[list[tuple], list[tuple]]:
     import sqlite3
 
-    with sqlite3.connect(settings.db_path) as db:
+    with sqlite3.connect(settings.in_home("papers.sqlite")) as db:
         papers = db.execute("SELECT * FROM papers ORDER BY id").fetchall()
         sources = db.execute("SELECT * FROM sources ORDER BY paper_id, file, loc").fetchall()
     return papers, sources

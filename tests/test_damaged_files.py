@@ -92,11 +92,11 @@ def test_a_damaged_keyword_index_is_rebuilt_from_the_registry_by_a_search(
     before = ranking(env)
     assert before[0][0] == abba_id() and before[0][1] > 0
     damage(seeded.home)
-    assert damaged_files(seeded.keyword_path, full=True)  # tantivy's own checksums see it
+    assert damaged_files(seeded.in_home("keyword"), full=True)  # tantivy's own checksums see it
 
     # The writer's lock is free: the search rebuilds the keyword index from the registry, and ranks as before.
     assert ranking(env) == before
-    assert damaged_files(seeded.keyword_path, full=True) == []
+    assert damaged_files(seeded.in_home("keyword"), full=True) == []
     assert ranking(env) == before
 
 
@@ -110,10 +110,10 @@ def test_a_damaged_keyword_index_beside_a_writer_is_one_line_and_repair_restores
     with writer_held(seeded.home):
         for args in (["search", KEYWORD_QUERY], ["ask", ABBA_QUERY]):
             line = one_error_line(run_main(*args, env=env))
-            assert str(seeded.keyword_path) in line and "damaged" in line and "`rag-papers repair`" in line, line
+            assert str(seeded.in_home("keyword")) in line and "damaged" in line and "`rag-papers repair`" in line, line
     res = run_main("repair", "--no-progress", env=env)
     assert res.returncode == 0, res.stderr
-    assert f"the keyword index {seeded.keyword_path} was damaged" in res.stderr
+    assert f"the keyword index {seeded.in_home('keyword')} was damaged" in res.stderr
     assert "rebuilt it from the registry" in res.stderr and "Traceback" not in res.stderr
     assert ranking(env) == before
     again = run_main("repair", "--no-progress", env=env)
@@ -129,7 +129,7 @@ def test_ingest_rebuilds_a_damaged_keyword_index(damage: Callable[[Path], None],
     res = run_main("ingest", "--no-progress", env=env)
     assert res.returncode == 0, res.stderr
     assert "0 added, 38 unchanged" in res.stdout and "rebuilt it from the registry" in res.stderr
-    assert damaged_files(seeded.keyword_path, full=True) == []
+    assert damaged_files(seeded.in_home("keyword"), full=True) == []
     assert ranking(env) == before
 
 
@@ -158,15 +158,15 @@ def test_the_checksums_are_read_once_per_file(seeded: Settings) -> None:
         reads.append(f.name)
         return real(f)
 
-    (seeded.keyword_path / keyword.VERIFIED_NAME).unlink(missing_ok=True)
+    (seeded.in_home("keyword") / keyword.VERIFIED_NAME).unlink(missing_ok=True)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(keyword, "footer_intact", counted)
-        assert damaged_files(seeded.keyword_path) == []
+        assert damaged_files(seeded.in_home("keyword")) == []
         first = len(reads)
         assert first >= len(SEGMENT_SUFFIXES)
-        assert damaged_files(seeded.keyword_path) == []
+        assert damaged_files(seeded.in_home("keyword")) == []
         assert len(reads) == first  # nothing changed: nothing read again
-        assert damaged_files(seeded.keyword_path, full=True) == []
+        assert damaged_files(seeded.in_home("keyword"), full=True) == []
         assert len(reads) == 2 * first
 
 
@@ -215,7 +215,7 @@ def test_a_registry_damaged_inside_is_one_line_and_ingest_rebuild_moves_it_aside
     """Reported: "unexpected DatabaseError: database disk image is malformed" from search, ask, ingest, info and
     repair; `ingest --rebuild` said the damaged file "is kept aside", but none was."""
     env = {"RAG_PAPERS_HOME": str(seeded.home)}
-    db = seeded.db_path
+    db = seeded.in_home("papers.sqlite")
     checkpoint(db)
     damage(db)
     commands = [["search", ABBA_QUERY], ["ask", ABBA_QUERY], ["repair"]]
@@ -244,7 +244,7 @@ def test_after_a_killed_write_the_registry_is_checked_when_opened(seeded: Settin
     """A write that did not end (SIGKILL) leaves its marker: the next open runs PRAGMA quick_check, so damage
     that no query of the command would reach (`info` reads no chunk text) is still reported, at once."""
     env = {"RAG_PAPERS_HOME": str(seeded.home)}
-    db = seeded.db_path
+    db = seeded.in_home("papers.sqlite")
     marker = Path(f"{db}.writing")
     corpus = synth(tmp_path / "more.jsonl", 30)
     proc = subprocess.Popen(
@@ -277,7 +277,7 @@ def test_after_a_killed_write_the_registry_is_checked_when_opened(seeded: Settin
 
 def test_an_intact_registry_after_a_killed_write_is_checked_once(seeded: Settings) -> None:
     env = {"RAG_PAPERS_HOME": str(seeded.home)}
-    marker = Path(f"{seeded.db_path}.writing")
+    marker = Path(f"{seeded.in_home('papers.sqlite')}.writing")
     marker.touch()  # as a killed ingest leaves it: nobody holds its lock
     assert search_json(env)["results"][0]["id"] == abba_id()
     assert not marker.exists()  # checked intact: the next opens read nothing more

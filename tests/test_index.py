@@ -403,11 +403,11 @@ def test_other_embed_model_is_refused_until_rebuild(seeded: Settings, embedder: 
         Engine(other, Index(other, embedder=embedder))
     msg = str(err.value)
     assert "--rebuild" in msg and seeded.embed_model in msg and other_name in msg
-    with sqlite3.connect(seeded.db_path) as db:
+    with sqlite3.connect(seeded.in_home("papers.sqlite")) as db:
         before = db.execute("SELECT id, n_chunks FROM papers ORDER BY id").fetchall()
     with pytest.raises(RagPapersError, match="--rebuild"):
         Ingester(Index(other, embedder=embedder).store).ingest([SEEDS], show_progress=False)
-    with sqlite3.connect(seeded.db_path) as db:
+    with sqlite3.connect(seeded.in_home("papers.sqlite")) as db:
         assert db.execute("SELECT id, n_chunks FROM papers ORDER BY id").fetchall() == before
 
     res = run_cli("search", "--embed-model", other_name, "What does ABBA claim?")
@@ -445,7 +445,7 @@ def test_chroma_server_gives_the_same_results_as_embedded(
     index = Index(srv, embedder=embedder)
     report = Ingester(index.store).ingest([SEEDS], show_progress=False)
     assert (report.added, report.total) == (38, 38)
-    assert not srv.chroma_dir.exists()  # nothing went to the embedded store
+    assert not srv.in_home("chroma").exists()  # nothing went to the embedded store
     host, port = chroma_server.removeprefix("http://").split(":")
     client = chromadb.HttpClient(host=host, port=int(port))
     assert client.get_collection(name).count() == sum(registry(index).values())
@@ -535,9 +535,11 @@ def test_a_lost_or_damaged_keyword_index_is_rebuilt_from_the_registry_by_the_nex
     papers, vectors = registry(before), sorted(chunk_rows(before)["ids"])
     before.close()
     if damaged:
-        (seeded.keyword_path / "meta.json").write_text("{not json", encoding="utf-8")  # tantivy refuses to open it
+        (seeded.in_home("keyword") / "meta.json").write_text(
+            "{not json", encoding="utf-8"
+        )  # tantivy refuses to open it
     else:
-        shutil.rmtree(seeded.keyword_path)
+        shutil.rmtree(seeded.in_home("keyword"))
     index = Index(seeded, embedder=embedder)
     assert {q: index.keyword(q, 10) for q in queries} == want
     assert sorted(index.store.kw_store.seqs()) == sorted(registry_tokens(index))
@@ -550,7 +552,7 @@ def test_while_a_write_holds_the_index_a_search_does_not_rebuild_it_and_the_writ
 ) -> None:
     """A search cannot take the writer's lock while an ingest holds it: it answers from what the keyword
     index has (here nothing) instead of waiting or failing, and the write's own sync rebuilds it."""
-    shutil.rmtree(seeded.keyword_path)
+    shutil.rmtree(seeded.in_home("keyword"))
     holder = Index(seeded, embedder=embedder)
     holder.store.kw_store.lock()  # an ingest in another process, between its start and its keyword sync
     reader = Index(seeded, embedder=embedder)

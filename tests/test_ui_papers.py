@@ -469,7 +469,7 @@ def test_title_derived_is_recorded_and_older_registries_read_without_it(seeded: 
     index.close()
 
     # A registry written before the column existed: opened, it gains the column, and shows no label.
-    with sqlite3.connect(seeded.db_path) as db:
+    with sqlite3.connect(seeded.in_home("papers.sqlite")) as db:
         db.execute("DROP INDEX papers_year_title")
         db.execute("ALTER TABLE papers DROP COLUMN title_derived")
     index = Index(seeded, embedder=embedder)
@@ -486,16 +486,20 @@ def test_title_derived_is_recorded_and_older_registries_read_without_it(seeded: 
 
 
 def test_references_and_links_are_text() -> None:
+    from rag_papers.corpus import Paper
+    from rag_papers.retrieve import Hit
     from rag_papers.ui.refs import first_sentence, reference_line, safe_url
 
     assert safe_url("https://arxiv.org/abs/2501.00001") == "https://arxiv.org/abs/2501.00001"
     for bad in ("javascript:alert(1)", "JAVASCRIPT:alert(1)", "data:text/html,x", "//evil.example/x", "http://", None):
         assert safe_url(bad) is None, bad
     assert (
-        reference_line("A title.", "x1", "ICLR", 2026, None, derived=True)
+        reference_line(Paper("x1", "A title.", "An abstract.", year=2026, venue="ICLR", title_derived=True))
         == "A title [derived title]. ICLR 2026. id: x1"
     )
-    assert reference_line("T\nU", "x2") == "T U. id: x2"
+    assert reference_line(Paper("x2", "T\nU", "An abstract.")) == "T U. id: x2"
+    hit = Hit("x3", "Only a hit.", 0.5, 0.5, 0.0, "p", year=2025, venue="V")
+    assert reference_line(hit) == "Only a hit. V 2025. id: x3"  # the paper gone: no url, no derived flag
     assert first_sentence("We study $\\alpha$-nets. They work. Really.") == "We study α-nets."
 
 
@@ -533,5 +537,5 @@ def test_papers_html_shows_hostile_fields_as_text() -> None:
     ids = [a["data-id"] for t, a in m.tags if t == "button" and "data-id" in a]
     assert ids == [p.id for p in papers]  # decoded: exactly the ids the server looks up
     refs = [a["data-ref"] for t, a in m.tags if t == "button" and "data-ref" in a]
-    assert refs == [reference_line(p.title, p.id, p.venue, p.year, p.url, p.title_derived) for p in papers]
+    assert refs == [reference_line(p) for p in papers]
     assert m.plain.count("derived title") == len(forms)

@@ -19,6 +19,7 @@ from typing import Any
 from rag_papers.answer import Answer
 from rag_papers.chat import ChatSession, Turn
 from rag_papers.claims import Claim
+from rag_papers.paths import home_path
 from rag_papers.retrieve import Hit
 from rag_papers.ui.state import Exchange, UIState
 
@@ -258,7 +259,7 @@ def restore(history: Any, chat_id: str | None, session: ChatSession) -> UIState 
 def browser_secret(home: Path) -> str:
     """The key the browser's copy is encrypted with: made once per data directory (a random one per run when the
     directory cannot be written, and then the past chats last as long as the app does)."""
-    path = home / "ui-secret"
+    path = home_path(home, "ui-secret")
     try:
         secret = path.read_text(encoding="ascii").strip()
         if len(secret) >= 16:

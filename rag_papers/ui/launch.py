@@ -252,7 +252,7 @@ def log_to_file(settings: Settings) -> Path:
     import faulthandler
     from logging.handlers import RotatingFileHandler
 
-    folder = settings.home / "logs"
+    folder = settings.in_home("logs")
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "chat.log"
     handler = RotatingFileHandler(path, maxBytes=5_000_000, backupCount=3, encoding="utf-8")

@@ -169,7 +169,7 @@ class Library:
 
     def _keep(self, paths: list[Path]) -> Path:
         """The uploaded files copied to a new folder of ``HOME/uploads`` (0700), under their own names."""
-        root = self.settings.home / "uploads"
+        root = self.settings.in_home("uploads")
         root.mkdir(parents=True, exist_ok=True)
         folder = Path(tempfile.mkdtemp(prefix=time.strftime("%Y%m%d-%H%M%S-"), dir=root))
         for path in paths:
@@ -188,7 +188,7 @@ class Library:
 
         prefix = f"{folder}/"
         try:
-            with closing(connect(self.settings.db_path)) as db:
+            with closing(connect(self.settings.in_home("papers.sqlite"))) as db:
                 used = db.execute(
                     "SELECT 1 FROM sources WHERE substr(file, 1, ?) = ? LIMIT 1", (len(prefix), prefix)
                 ).fetchone()

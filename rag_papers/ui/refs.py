@@ -8,9 +8,13 @@ link is offered only for an http(s) address, so a ``javascript:`` or ``data:`` "
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from rag_papers.corpus import Paper, plain_text, sentences
+
+if TYPE_CHECKING:
+    from rag_papers.retrieve import Hit
 
 FIRST_SENTENCE_CHARS = 240
 
@@ -35,24 +39,19 @@ def safe_url(url: str | None) -> str | None:
     return url
 
 
-def reference_line(
-    title: str,
-    paper_id: str,
-    venue: str | None = None,
-    year: int | None = None,
-    url: str | None = None,
-    derived: bool = False,
-) -> str:
+def reference_line(source: Paper | Hit) -> str:
     """One line naming the paper: "Title [derived title]. Venue Year. id: X. https://…" (missing parts left out).
 
-    A derived title says so, so that nobody cites our words as the authors'.
+    A derived title says so, so that nobody cites our words as the authors'. A search hit without its paper
+    (the registry row gone) has no url and no derived flag, so it gives the line without them.
     """
-    title = title.rstrip(". ")
+    derived, url = (source.title_derived, source.url) if isinstance(source, Paper) else (False, None)
+    title = source.title.rstrip(". ")
     parts = [f"{title} [derived title]" if derived else title]
-    where = " ".join(str(v) for v in (venue, year) if v)
+    where = " ".join(str(v) for v in (source.venue, source.year) if v)
     if where:
         parts.append(where)
-    parts.append(f"id: {paper_id}")
+    parts.append(f"id: {source.id}")
     line = ". ".join(parts)
     if url and url.strip():
         line += f". {url.strip()}"
@@ -75,5 +74,5 @@ def paper_info(paper: Paper) -> PaperInfo:
         derived=paper.title_derived,
         first=first_sentence(paper.abstract),
         url=url,
-        reference=reference_line(paper.title, paper.id, paper.venue, paper.year, paper.url, paper.title_derived),
+        reference=reference_line(paper),
     )

@@ -310,7 +310,7 @@ def _info(hit: Hit, paper: Paper | None) -> PaperInfo:
     """A source's label, first sentence, link and reference, from its paper (from the hit alone without one)."""
     if paper is not None:
         return paper_info(paper)
-    return PaperInfo(False, "", None, reference_line(hit.title, hit.id, hit.venue, hit.year))
+    return PaperInfo(False, "", None, reference_line(hit))
 
 
 # ---------------------------------------------------------------------- header
