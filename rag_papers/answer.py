@@ -19,7 +19,7 @@ from rag_papers import RagPapersError
 from rag_papers.claims import CITE, Claim, check_claims
 from rag_papers.config import Settings
 from rag_papers.corpus import Paper, plain_text, sentences
-from rag_papers.coverage import DESCRIPTION, FACET_CUES, NAME, Analysis, Coverage, CoverageRules, analyse, decide
+from rag_papers.coverage import DESCRIPTION, NAME, Analysis, Coverage, CoverageRules, analyse, decide
 from rag_papers.llm import Backend, Message, estimate_tokens
 from rag_papers.retrieve import Hit, SearchResult
 
@@ -398,7 +398,6 @@ def plan_quotes(
     if best < rules.floor:
         return QuotePlan([], listing, refused=True)
     bar = rules.list_floor if every else max(rules.floor, rules.ratio * best)
-    facet_cue = FACET_CUES.get(analysis.facet or "")
     lines: list[tuple[int, str]] = []
     quoted: list[int] = []
     for n in close:
@@ -406,7 +405,7 @@ def plan_quotes(
             continue
         own = [c for c in cands if c.n == n]
         ranked = sorted(own, key=lambda c: -(c.cos + rules.prior * c.prior))
-        stated = [c for c in ranked if facet_cue is not None and facet_cue.search(c.text)]
+        stated = [c for c in ranked if analysis.states(c.text)]
         if n in side_of:
             take = ranked[:1]  # each compared paper speaks for itself, however close its sentence is
         elif listing:  # one line a paper

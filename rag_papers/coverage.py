@@ -7,9 +7,10 @@ nearest PEFT paper. So the question is split into its aspects:
 - the **names** it uses (methods, models, datasets, numbers: "DoRA", "GLUE", "ES-dLLM", "12%"),
   matched as words. A name no indexed abstract contains at all (the keyword index's document
   frequency is 0) is the strongest sign that the corpus does not answer the question;
-- the **facet** it asks for (limitations, results, data, a comparison, how or why). The first three
-  are covered only by a sentence that states them (``FACET_CUES``); a comparison by each compared
-  paper; how and why by meaning, like descriptions;
+- the **facet** it asks for (limitations, results, data, training details, a comparison, how or
+  why). The first four are covered only by a sentence that states them as asked (``states_facet``:
+  GPUs are not answered by a learning rate, nor a dataset by the paper's own name); a comparison by
+  each compared paper; how and why by meaning, like descriptions;
 - the **descriptions**, the other content words in phrases ("speculative decoding", "draft model"),
   matched as words or by meaning: the phrase's sentence embedding against the abstracts' sentences,
   as the claim check matches claims.
@@ -32,6 +33,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from rag_papers.corpus import STOPWORDS, plain_text, sentences
+from rag_papers.corpus.titles import GENERIC_ACRONYMS
 from rag_papers.keyword import QUERY_BOILERPLATE, keyword_tokens, paper_text
 from rag_papers.paths import load_words
 
@@ -116,6 +118,63 @@ FACET_CUES: dict[str, re.Pattern[str]] = {
         re.I,
     ),
 }
+# Training and compute details, by which of them is asked: a question about GPUs is not answered by a sentence
+# that states a learning rate. (asked, stated) pairs; a question that asks none of them in these words is
+# answered by any (FACET_CUES[SETUP]).
+SETUP_PARTS: list[tuple[re.Pattern[str], re.Pattern[str]]] = [
+    (  # hardware and time
+        re.compile(r"\b(?:GPUs?|TPUs?|GPU[- ]hours?|hardware|training time|wall[- ]clock|how long)\b", re.I),
+        re.compile(r"\b(?:GPUs?|TPUs?|[AHV]100s?|GPU[- ]hours?|hours?|days|wall[- ]clock|hardware)\b", re.I),
+    ),
+    (  # hyperparameters
+        re.compile(r"\b(?:learning[- ]rates?|batch[- ]sizes?|hyper-?parameters?|epochs?|schedules?)\b", re.I),
+        re.compile(r"\b(?:learning[- ]rates?|batch[- ]sizes?|hyper-?parameters?|epochs?|warm-?up|schedules?)\b", re.I),
+    ),
+    (  # model size
+        re.compile(
+            r"\b(?:model sizes?|how many parameters|parameter counts?|how (?:big|large) (?:is|are|were))\b", re.I
+        ),
+        re.compile(r"\b(?:\d+(?:\.\d+)?\s?[BM]\b|\d+(?:\.\d+)?\s?(?:billion|million)|model sizes?|parameters)", re.I),
+    ),
+    (  # memory
+        re.compile(r"\bmemory\b", re.I),
+        re.compile(r"\b(?:memory|VRAM|footprint)\b", re.I),
+    ),
+    (  # latency, throughput and compute cost
+        re.compile(
+            r"\b(?:latency|throughput|FLOPs?|how much compute|compute (?:cost|budget)|training (?:cost|budget))\b", re.I
+        ),
+        re.compile(
+            r"\b(?:latency|throughput|FLOPs?|comput\w* (?:cost|budget|overhead)|speed-?ups?|faster)\b|\d(?:\.\d+)?\s?[x×]\b",
+            re.I,
+        ),
+    ),
+]
+# A sentence that names a dataset or benchmark in words (the facet DATA); a name of one is told by its shape
+# (``_dataset_like``).
+_DATA_WORDS = re.compile(
+    r"\b(?:data ?sets?|benchmarks?|corpus|corpora|suites?|collected|trained on|evaluat\w* on|experiments? on|"
+    r"tested on|leaderboards?)\b",
+    re.I,
+)
+_NAME_TOKEN = re.compile(r"(?<![\w-])[A-Za-z][\w-]*[A-Za-z0-9](?![\w-])")
+
+
+def _dataset_like(sentence: str, m: re.Match[str], own: set[str]) -> bool:
+    """Whether token ``m`` of ``sentence`` can name a dataset or benchmark ("GSM8K", "ImageNet", "MT-Bench"):
+    a word with a digit or two capitals, not the question's own names (the paper's method is no dataset of it),
+    not a field acronym ("LLM", "MoE"), not one defined right here ("(ARMs)") nor an acronym's plural."""
+    token = m.group()
+    if token in GENERIC_ACRONYMS or token.lower() in own:
+        return False
+    if sentence[m.start() - 1 : m.start()] == "(" and sentence[m.end() : m.end() + 1] == ")":
+        return False
+    if re.fullmatch(r"[a-z]*[A-Z]{2,}s", token):
+        return False
+    # A capital inside a part ("ImageNet", "MT-Bench"), not only at the start of each ("Mixture-of-Experts").
+    return bool(re.search(r"\d", token)) or any(re.search(r"[A-Z]", part[1:]) for part in token.split("-"))
+
+
 # "How does X compare with Y", "X vs. Y", "difference between X and Y", "is X better than Y".
 _COMPARE = re.compile(
     r"\b(?:compare[sd]?|comparison|versus|vs\.?|differ(?:s|ence|ences)?|contrast|relate[sd]? to|"
@@ -382,6 +441,35 @@ class Analysis:
     sides: list[str]
     evidence: list[_Evidence]
 
+    def states(self, sentence: str) -> bool:
+        """Whether ``sentence`` states the facet asked for, as this question asks it (False for a facet without a
+        test of its own: how, why, a comparison)."""
+        return states_facet(self.question, self.facet, [e.aspect.text for e in self.evidence if e.aspect.kind == NAME])(
+            sentence
+        )
+
+
+@lru_cache(maxsize=256)
+def _setup_cues(question: str) -> tuple[re.Pattern[str], ...]:
+    asked = tuple(stated for ask, stated in SETUP_PARTS if ask.search(question))
+    return asked or (FACET_CUES[SETUP],)
+
+
+def states_facet(question: str, facet: str | None, names: Sequence[str]) -> Callable[[str], bool]:
+    """The test a sentence passes when it states ``facet`` as ``question`` asks for it: training details by the
+    part asked (GPUs are not answered by a learning rate); data by a dataset named in words or by its shape,
+    other than the question's own names; limitations and results by ``FACET_CUES``."""
+    if facet == SETUP:
+        cues = _setup_cues(question)
+        return lambda s: any(c.search(s) for c in cues)
+    if facet == DATA:
+        own = {n.lower() for n in names}
+        return lambda s: bool(_DATA_WORDS.search(s)) or any(_dataset_like(s, m, own) for m in _NAME_TOKEN.finditer(s))
+    cue = FACET_CUES.get(facet or "")
+    if cue is None:
+        return lambda s: False
+    return lambda s: bool(cue.search(s))
+
 
 def analyse(
     question: str,
@@ -421,7 +509,7 @@ def analyse(
     if facet in FACET_CUES:
         ev = _Evidence(Aspect(facet, FACET))
         for n, ss in enumerate(sents, 1):
-            hit = next((x for x in ss if FACET_CUES[facet].search(x)), None)
+            hit = next((x for x in ss if out.states(x)), None)
             if hit is not None:
                 ev.found[n] = hit
         out.evidence.append(ev)
@@ -477,13 +565,6 @@ def technical(phrase: str, rules: CoverageRules) -> bool:
     if not z:
         return False
     return min(z) < rules.technical_zipf or (len(z) > 1 and sum(z) / len(z) < rules.compound_zipf)
-
-
-def facet_sentences(facet: str | None, text: str) -> list[str]:
-    """The sentences of ``text`` that state ``facet`` (``FACET_CUES``); [] for a facet with no test of its own."""
-    if facet not in FACET_CUES:
-        return []
-    return [s for s in sentences(plain_text(text)) if FACET_CUES[facet].search(s)]
 
 
 def _phrase_sims(

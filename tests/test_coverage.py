@@ -18,7 +18,7 @@ from test_integrity import abba_id
 
 from rag_papers.chat import ChatSession, Engine, usable_rewrite
 from rag_papers.config import Settings
-from rag_papers.coverage import SETUP, asked_facet, comparison_sides, split_question
+from rag_papers.coverage import DATA, SETUP, asked_facet, comparison_sides, split_question, states_facet
 from rag_papers.llm import BackendDefaults, ExtractiveBackend
 
 SEEDS_TEXT: list[str] = []
@@ -142,6 +142,42 @@ def test_a_training_detail_the_abstract_never_states_is_said_missing(engine: Eng
     ans = engine.ask("How many GPUs did the ABBA experiments need?", ExtractiveBackend(engine.settings)).run()
     assert not ans.refused and ans.citations[:1] == [abba_id()]
     assert SETUP in ans.uncovered and ans.answer.startswith(f"The abstracts don't mention {SETUP}")
+
+
+def test_a_dataset_question_is_not_answered_by_the_papers_own_name_or_a_field_acronym(engine: Engine) -> None:
+    """Before, any word with two capitals stated a dataset: "Which dataset is DirMoE trained and evaluated on?"
+    was answered plainly, its "dataset" covered by "Mixture-of-Experts (MoE) models ...". An abstract that names
+    no dataset is now said to lack one."""
+    ans = engine.ask("Which dataset is DirMoE trained and evaluated on?", ExtractiveBackend(engine.settings)).run()
+    assert not ans.refused and ans.citations[:1] == [seed_id("DirMoE")]
+    assert DATA in ans.uncovered and ans.answer.startswith(f"The abstracts don't mention {DATA}")
+
+
+@pytest.mark.parametrize(
+    ("sentence", "states"),
+    [
+        ("On GSM8K and MATH, accuracy rises by 4 points.", True),  # names with a digit, or capitals inside
+        ("We evaluate on ImageNet.", True),
+        ("Our judge agrees with humans on MT-Bench.", True),
+        ("We release a suite of 35 tasks.", True),  # said in words
+        ("Mixture-of-Experts (MoE) models route tokens.", False),  # capitals only at the start of each part
+        ("We propose DirMoE, a Dirichlet router.", False),  # the question's own name is no dataset of it
+        ("Autoregressive models (ARMs) dominate LLMs.", False),  # an abbreviation defined, a field acronym
+    ],
+)
+def test_what_states_a_dataset(sentence: str, states: bool) -> None:
+    test = states_facet("Which dataset is DirMoE evaluated on?", DATA, ["DirMoE"])
+    assert test(sentence) is states
+
+
+def test_a_training_detail_is_stated_only_by_the_part_asked() -> None:
+    """Asked for GPUs, a learning rate is no answer, nor is "scheduled" a schedule."""
+    gpus = states_facet("How many GPUs were used to train CreatiDesign?", SETUP, ["CreatiDesign"])
+    assert gpus("Training took 3 days on 8 A100 GPUs.") and not gpus("We use a learning rate of 1e-4.")
+    hyper = states_facet("What learning rate schedule does AtteNT use?", SETUP, ["AtteNT"])
+    assert hyper("with a cosine learning rate schedule") and not hyper("over carefully scheduled intervals")
+    memory = states_facet("How much memory does ABBA need?", SETUP, ["ABBA"])
+    assert memory("It cuts the memory footprint by half.") and not memory("It trains 3 times faster.")
 
 
 def test_a_paraphrased_description_is_never_said_missing_when_its_words_are_indexed(engine: Engine) -> None:
