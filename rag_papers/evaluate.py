@@ -359,9 +359,11 @@ def fit_floor(answerable: list[float], offtopic: list[float], max_false: float =
         raise ValueError("fit_floor needs answerable and off-topic questions")
     ranked = sorted(answerable)
     allowed = min(int(max_false * len(ranked)), len(ranked) - 1)  # answerable questions that may fall below
-    floor = ranked[allowed]
+    # Reported to 4 decimals and scored as reported, so that `min_score` set to it refuses what this says; rounded
+    # down, so that the answerable question at the floor stays accepted.
+    floor = math.floor(round(ranked[allowed] * 10_000, 6)) / 10_000  # round(): 0.3837 * 10_000 is 3836.99...
     return {
-        "fitted_floor": round(floor, 4),
+        "fitted_floor": floor,
         "fitted_refusal_recall": round(sum(1 for x in offtopic if x < floor) / len(offtopic), 4),
         "fitted_false_refusal_rate": round(sum(1 for x in answerable if x < floor) / len(answerable), 4),
     }

@@ -398,7 +398,10 @@ class Retriever:
             # Relevance is decided on the papers the filters keep: a word only filtered-out papers
             # contain is not known to this search (what ABBA claims is no question for BAM).
             coverage = self._coverage_within(query, filters, papers)
-        relevance = round(self.relevance(hits, coverage), 4)  # decided on the value reported
+        # Decided on the value reported, and on the first ``top_k`` hits however many were asked for: eval ranks ten
+        # deep for recall@10 and must refuse what the app refuses at its own depth (a paper ranked 6th by the fused
+        # score can hold the best cosine).
+        relevance = round(self.relevance(hits[: s.top_k], coverage), 4)
         # Nothing left because of the filters: candidates were turned away, or the vector store's
         # filter (year, venue) matched no vector at all in a non-empty index.
         excluded = (

@@ -206,7 +206,30 @@ def test_fit_floor_refuses_at_most_the_allowed_answerable_questions() -> None:
     }
 
 
-def test_the_fitted_floor_applied_as_min_score_refuses_what_eval_said(engine: Engine, tmp_path: Path) -> None:
+def test_the_reported_floor_is_the_one_its_figures_were_computed_at() -> None:
+    """The floor is reported to 4 decimals; its figures were computed at the unrounded score, so a score between
+    the two (0.40469 against 0.4047) was refused by `min_score` set to the reported floor and not by eval. The
+    floor is now rounded down and scored as reported: the weakest accepted answerable question stays accepted.
+    (The search's own relevance is already rounded to 4 decimals; this keeps ``fit_floor`` right for any input.)"""
+    got = fit_floor([0.40468, 0.9], [0.40469, 0.40461, 0.1])
+    floor = got["fitted_floor"]
+    assert floor == 0.4046 and fit_floor([0.3837, 0.9], [0.1])["fitted_floor"] == 0.3837
+    assert got["fitted_refusal_recall"] == round(sum(x < floor for x in [0.40469, 0.40461, 0.1]) / 3, 4) == 0.3333
+    assert got["fitted_false_refusal_rate"] == 0.0 and floor <= 0.40468
+
+
+def test_relevance_does_not_depend_on_how_many_results_are_asked_for(engine: Engine) -> None:
+    """Eval ranks ten deep (recall@10); the app asks for ``top_k``. Relevance read the best cosine of the hits
+    returned, so the same question had two relevances: this one (round 5) 0.4031 at ten, 0.3778 at five, and a
+    floor between them refused it in the app but not in eval."""
+    q = "KTO or DPO: which preference-optimization objective degrades less when the preference labels are noisy?"
+    deep, app = engine.retriever.search(q, 10), engine.retriever.search(q)
+    assert len(deep.results) == 10 and len(app.results) == engine.settings.top_k
+    assert deep.relevance == app.relevance and deep.relevant == app.relevant
+    assert [h.id for h in deep.results[: engine.settings.top_k]] == [h.id for h in app.results]
+
+
+def test_the_fitted_floor_applied_as_min_score(engine: Engine, tmp_path: Path) -> None:
     """Set the fitted floor as ``min_score`` and search again: the refusals are the ones eval reported."""
     report = run_eval(engine.settings, QA, tmp_path / "r", ["hybrid"], engine=engine)
     fitted = report["configs"][0]["refusal"]
