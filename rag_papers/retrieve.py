@@ -398,10 +398,11 @@ class Retriever:
             # Relevance is decided on the papers the filters keep: a word only filtered-out papers
             # contain is not known to this search (what ABBA claims is no question for BAM).
             coverage = self._coverage_within(query, filters, papers)
-        # Decided on the value reported, and on the first ``top_k`` hits however many were asked for: eval ranks ten
-        # deep for recall@10 and must refuse what the app refuses at its own depth (a paper ranked 6th by the fused
-        # score can hold the best cosine).
-        relevance = round(self.relevance(hits[: s.top_k], coverage), 4)
+        # Decided on the value reported, and on the ``top_k`` best hits by the fused score however many were asked
+        # for: eval ranks ten deep for recall@10 and must refuse what the app refuses at its own depth (a paper
+        # ranked 6th can hold the best cosine). By the fused score, not a reranker's order: that stays the decision.
+        judged = sorted(hits, key=lambda h: (-h.score, h.id))[: s.top_k]
+        relevance = round(self.relevance(judged, coverage), 4)
         # Nothing left because of the filters: candidates were turned away, or the vector store's
         # filter (year, venue) matched no vector at all in a non-empty index.
         excluded = (
