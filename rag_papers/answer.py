@@ -398,6 +398,7 @@ def plan_quotes(
     if best < rules.floor:
         return QuotePlan([], listing, refused=True)
     bar = rules.list_floor if every else max(rules.floor, rules.ratio * best)
+    states = analysis.facet_test()
     lines: list[tuple[int, str]] = []
     quoted: list[int] = []
     for n in close:
@@ -405,7 +406,7 @@ def plan_quotes(
             continue
         own = [c for c in cands if c.n == n]
         ranked = sorted(own, key=lambda c: -(c.cos + rules.prior * c.prior))
-        stated = [c for c in ranked if analysis.states(c.text)]
+        stated = [c for c in ranked if states(c.text)]
         if n in side_of:
             take = ranked[:1]  # each compared paper speaks for itself, however close its sentence is
         elif listing:  # one line a paper

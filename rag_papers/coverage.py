@@ -441,12 +441,10 @@ class Analysis:
     sides: list[str]
     evidence: list[_Evidence]
 
-    def states(self, sentence: str) -> bool:
-        """Whether ``sentence`` states the facet asked for, as this question asks it (False for a facet without a
-        test of its own: how, why, a comparison)."""
-        return states_facet(self.question, self.facet, [e.aspect.text for e in self.evidence if e.aspect.kind == NAME])(
-            sentence
-        )
+    def facet_test(self) -> Callable[[str], bool]:
+        """The test a sentence passes when it states the facet asked for, as this question asks it (never, for a
+        facet without a test of its own: how, why, a comparison). Built once per question by its callers."""
+        return states_facet(self.question, self.facet, [e.aspect.text for e in self.evidence if e.aspect.kind == NAME])
 
 
 @lru_cache(maxsize=256)
@@ -508,8 +506,9 @@ def analyse(
         out.evidence.append(ev)
     if facet in FACET_CUES:
         ev = _Evidence(Aspect(facet, FACET))
+        states = out.facet_test()
         for n, ss in enumerate(sents, 1):
-            hit = next((x for x in ss if out.states(x)), None)
+            hit = next((x for x in ss if states(x)), None)
             if hit is not None:
                 ev.found[n] = hit
         out.evidence.append(ev)

@@ -214,15 +214,14 @@ class Ingester:
         the store in use lacks are re-embedded from their registered chunk texts; the
         keyword index is rebuilt if it is out of step.
         """
-        problem = quick_check(
-            self.settings.in_home("papers.sqlite")
-        )  # every page of the source of truth, before anything is derived
+        registry = self.settings.in_home("papers.sqlite")
+        problem = quick_check(registry)  # every page of the source of truth, before anything is derived
         if problem is not None:
-            raise damaged_error(self.settings.in_home("papers.sqlite"), problem)
+            raise damaged_error(registry, problem)
         try:
             self.store.verify_keyword(full=True)  # every file against tantivy's checksums, not only new ones
             self.store.kw_store.lock()
-            with writing(self.settings.in_home("papers.sqlite")):
+            with writing(registry):
                 return self._repair(show_progress, full=True)
         finally:
             self.store.release_writer()
