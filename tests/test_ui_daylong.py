@@ -22,7 +22,7 @@ from conftest import run_main
 from ollama_stub import OllamaStub
 from test_ui import BOT, Served, app_over_seeds, ask, open_app
 from test_ui_everyday import llm_server, llm_stub  # noqa: F401 - the Ollama stand-in and an app over it
-from test_ui_history import open_past, past_chats, reload, saved
+from test_ui_history import past_chats, reload, saved
 
 from rag_papers.config import PRESETS, Settings
 from rag_papers.llm import BackendDefaults, register_backend
@@ -441,7 +441,7 @@ def test_regenerate_edit_and_resend_and_past_chats_renamed_searched_deleted(serv
     page.click("#rp-forget")
     page.wait_for_function("() => document.querySelectorAll('#rp-past label').length === 1")
     reload(page)
-    open_past(page)
+    saved(page, "Bayesian")  # the list is refilled from the browser's store after the page loads: wait for it
     listed = past_chats(page)
     assert len(listed) == 1 and "Bayesian" in listed[0], listed
     assert "ABBA" not in page.locator("#rp-chat").inner_text()

@@ -118,6 +118,7 @@ def test_past_chats_are_listed_reopened_and_deleted(server: Served, screen: Any)
     page.wait_for_function("() => document.querySelectorAll('#rp-past label').length === 1")
     page.wait_for_function("() => document.querySelectorAll(\"#rp-chat [data-testid='bot']\").length === 0")
     reload(page)
+    saved(page, "Bayesian Attention")  # the list is refilled from the browser's store after the page loads
     listed = past_chats(page)
     assert len(listed) == 1 and "Bayesian Attention" in listed[0], listed
 
