@@ -148,6 +148,25 @@ def test_what_the_browser_keeps_renders_the_same_and_follow_ups_carry_on(engine:
     assert again.session.condense(q, ExtractiveBackend()) == state.session.condense(q, ExtractiveBackend())
 
 
+def test_new_chat_keeps_the_conversation_it_clears(engine: Any) -> None:
+    """ "New chat" clicked at once after an answer lost that chat (a CI run saw it): saving came from a step
+    chained after the answer, which the click cancels or races. The click now saves what it clears."""
+    from rag_papers.ui.chat_app import ChatApp
+
+    app = ChatApp(engine.settings, engine)
+    state = app.new_state()
+    app.accept("What does ABBA claim?", state, False)
+    for _ in app.run_answer(0, state, "extractive", "", 5, None, None, None, ""):
+        pass
+    older = [{"id": "old", "title": "An older chat", "updated": 1, "exchanges": [{"question": "q", "text": "a"}]}]
+    out = app.start_over(state, older, "")
+    kept = out[-2]
+    assert [c["title"] for c in kept][1:] == ["An older chat"] and "ABBA" in kept[0]["title"], kept
+    assert not state.exchanges and state.chat_id is None  # and the screen is a fresh conversation
+    again = app.start_over(state, kept, "")[-2]  # clearing an empty chat saves nothing new
+    assert again == kept
+
+
 @pytest.mark.parametrize(
     "stored",
     [

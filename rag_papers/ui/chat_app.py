@@ -509,6 +509,14 @@ class ChatApp:
         state.chat_id = None  # the next question starts a new entry in the browser's history
         return (*self._outputs(state, final=True), "")
 
+    def start_over(self, state: UIState | None, stored: Any, query: Any = "") -> tuple[Any, ...]:
+        """ "New chat" and the Chatbot's trash icon: the conversation on screen saved to the browser's history
+        first, then cleared. Saving is done here, not left to the step chained after the answer: a click right
+        after an answer cancels or races that step, and the chat was lost. (chat outputs, input, stored, past)"""
+        kept = history.save(stored, state) if state is not None and state.exchanges else history.entries(stored)
+        cleared = self.new_chat(state)
+        return (*cleared, kept, self._past_update(kept, None, query))
+
     def regenerate(self, state: UIState | None) -> tuple[Any, ...]:
         """The retry icon on the last answer: its question taken back, to be asked again (marked "regenerated")."""
         if state is not None and state.exchanges and not state.busy():
@@ -1022,7 +1030,7 @@ class ChatApp:
         ui.papers_picked = gr.State(None)  # the ids selected for removal (papers.picks)
 
     def _layout_api(self, ui: Parts) -> None:
-        """Hidden components backing the /ask API endpoint."""
+        """Hidden components backing the /ask and /new_chat API endpoints."""
         first = self.first_backend()
         # Hidden components backing the /ask API endpoint: backend and model are checked by
         # ``resolve`` (an error as data), not by a Dropdown's choices (an exception).
@@ -1031,6 +1039,7 @@ class ChatApp:
         ui.api_model = gr.Textbox("", visible=False, label="Model")
         ui.api_out = gr.JSON(visible=False, label="answer")
         ui.api_go = gr.Button(visible=False)
+        ui.api_new = gr.Button(visible=False)
 
     # ------------------------------------------------------------------ events
     def _wire_chat(self, ui: Parts) -> None:
@@ -1102,19 +1111,13 @@ class ChatApp:
             queue=False,
             api_visibility="private",
         ).then(self.remember, [ui.state, ui.stored, ui.past_q], [ui.stored, ui.past], **_QUIET)
-        ui.new.click(
-            self.new_chat,
-            [ui.state],
-            [*ui.chat_outputs, ui.msg],
-            api_name="new_chat",
-            queue=False,
-            cancels=[answer_typed, answer_example, answer_again],
-        )
-        # The Chatbot's own trash icon: a clean conversation, as "New chat" (not only a cleared screen).
-        ui.chatbot.clear(
-            lambda st: self.new_chat(st)[:N_CHAT],
-            [ui.state],
-            ui.chat_outputs,
+        # "New chat" and the Chatbot's own trash icon: a clean conversation (not only a cleared screen), the one
+        # cleared kept in the past chats. The API's /new_chat (_wire_api) has no browser history to keep.
+        gr.on(
+            [ui.new.click, ui.chatbot.clear],
+            self.start_over,
+            [ui.state, ui.stored, ui.past_q],
+            [*ui.chat_outputs, ui.msg, ui.stored, ui.past],
             queue=False,
             cancels=[answer_typed, answer_example, answer_again],
             api_visibility="private",
@@ -1191,7 +1194,7 @@ class ChatApp:
         ui.refresh.click(self.refresh_models, [ui.backend, ui.model], [ui.model, ui.status], **status_args)
 
     def _wire_api(self, ui: Parts) -> None:
-        """The /ask and /search API endpoints."""
+        """The /ask, /new_chat and /search API endpoints."""
         ui.api_go.click(
             self.api_ask,
             [ui.api_question, ui.api_backend, ui.api_model, ui.top_k, ui.state],
@@ -1200,6 +1203,7 @@ class ChatApp:
             concurrency_id="generate",
             concurrency_limit=4,
         )
+        ui.api_new.click(self.new_chat, [ui.state], [*ui.chat_outputs, ui.msg], api_name="new_chat", queue=False)
         searched = gr.api(self.api_search, api_name="search", concurrency_id="search", concurrency_limit=16)  # type: ignore[attr-defined,unused-ignore]
         # gr.api takes no validator, unlike event listeners: its function gets one the same way, so a
         # bad parameter is answered 422 with the message before the search is queued.
