@@ -75,7 +75,7 @@ def draw(
 ) -> None:
     """A seeded draw stratified by kind. The labeller's file holds no rule's evidence; each aspect's cosine and
     its words' rarity go to a side file (``.features.jsonl``) for scoring stricter rules on the labels."""
-    from rag_papers.coverage import FACET_CUES, split_question, zipfs
+    from rag_papers.coverage import TESTED_FACETS, scope_asked, split_question, zipfs
 
     pool: dict[str, list[dict[str, object]]] = {}
     for q, uncovered, citations, papers in answers(home, cache, split, permissive):
@@ -85,7 +85,8 @@ def draw(
         names = split_question(q.question)[0]
         for a in uncovered:
             aspect = a.text
-            kind = "name" if aspect in names else "facet" if aspect in FACET_CUES else "description"
+            facet = aspect in TESTED_FACETS or aspect == scope_asked(q.question)
+            kind = "name" if aspect in names else "facet" if facet else "description"
             pool.setdefault(kind, []).append(
                 {
                     "qid": q.id,

@@ -7,10 +7,13 @@ nearest PEFT paper. So the question is split into its aspects:
 - the **names** it uses (methods, models, datasets, numbers: "DoRA", "GLUE", "ES-dLLM", "12%"),
   matched as words. A name no indexed abstract contains at all (the keyword index's document
   frequency is 0) is the strongest sign that the corpus does not answer the question;
-- the **facet** it asks for (limitations, results, data, training details, a comparison, how or
-  why). The first four are covered only by a sentence that states them as asked (``states_facet``:
-  GPUs are not answered by a learning rate, nor a dataset by the paper's own name); a comparison by
-  each compared paper; how and why by meaning, like descriptions;
+- the **facet** it asks for (limitations, results, data, training details, figures, names, scope, a
+  comparison, how or why). Most are covered only by a sentence that states them as asked
+  (``states_facet``: GPUs are not answered by a learning rate, a dataset by the paper's own name, a
+  threshold by the "1" of "o1-like", the paper's limitations by what earlier methods fail to do,
+  "which games?" by a sentence whose subject is MuZero); a scope ("does X also work for Y?") only
+  by the paper asked about naming Y; a comparison by each compared paper; how and why by meaning,
+  like descriptions;
 - the **descriptions**, the other content words in phrases ("speculative decoding", "draft model"),
   matched as words or by meaning: the phrase's sentence embedding against the abstracts' sentences,
   as the claim check matches claims.
@@ -43,7 +46,7 @@ if TYPE_CHECKING:
 TermStats = Callable[[list[str]], tuple[int, list[tuple[str, int]]]]  # ``Index.stem_stats``
 
 NAME, DESCRIPTION, FACET = "name", "description", "facet"
-LIMITATIONS, RESULTS, DATA, METHOD, COMPARISON, HOW, WHY, SETUP = (
+LIMITATIONS, RESULTS, DATA, METHOD, COMPARISON, HOW, WHY, SETUP, FIGURES, NAMED = (
     "limitations",
     "results",
     "data",
@@ -52,7 +55,31 @@ LIMITATIONS, RESULTS, DATA, METHOD, COMPARISON, HOW, WHY, SETUP = (
     "how",
     "why",
     "training or compute details",
+    "the figures asked for",
+    "the names asked for",
 )
+SCOPE = "scope"  # "does X also work for Y?": the aspect is Y as written
+
+# Things a question can ask to be named ("which games was LAMIR tested on?", "which of the 21 frontier models
+# scored best?", "which base model is it built on?"): answered only by a sentence that names one. Tasks and
+# domains are left out: their answers are described in words ("classification"), not named.
+_NAMED_HEADS = (
+    r"games?|environments?|simulators?|languages?|backbones?|baselines?|architectures?|LLMs?|"
+    r"(?:frontier|base|pretrained|pre-trained|foundation|teacher|student|backbone|reference|judge) (?:[\w-]+ )?models?|"
+    r"(?:language|vision|reward) models?|encoders?|robots?|libraries|toolkits?|solvers?|organisms?|species|"
+    r"hardware|chips?|accelerators?"
+)
+# A number asked for: "how much", "by how much", "the exact accuracy", "what FID numbers". ("How many GPUs"
+# and the like are training details, asked before.)
+_FIGURES_ASKED = re.compile(
+    r"(?:^|[,;:—–]\s*|\b(?:and|but|by)\s+)how (?:much|many)\b(?! (?:\w+er|more|less)\b)|"
+    r"\b(?:exact|explicit|precise) (?:[\w-]+ ){0,2}?(?:numbers?|values?|figures?|rates?|accuracy|scores?|counts?|"
+    r"sizes?|amounts?|costs?)\b|"
+    r"\bwhat (?:[\w-]+ ){0,3}?(?:numbers?|scores?|rates?|percentages?|values?|thresholds?|figures?|ratios?|margins?)\b",
+    re.I,
+)
+# A number as a sentence states a figure: standalone, not part of a name ("o1-like", "LLaDA-8B", "3D").
+_FIGURE = re.compile(r"(?<![\w.-])\d+(?:[.,]\d+)*(?:\s?(?:%|×|x\b|-?fold\b|times\b|pp\b|points?\b))?(?![\w-])")
 
 # What a question asks for, by its wording. Only the first match counts; comparison is decided by
 # ``comparison_sides`` (it needs two sides), how and why by the question's first word.
@@ -61,7 +88,8 @@ FACET_ASKED: list[tuple[str, re.Pattern[str]]] = [
         LIMITATIONS,
         re.compile(
             r"\b(?:limitations?|limits|weakness(?:es)?|drawbacks?|shortcomings?|downsides?|caveats?|"
-            r"failure (?:modes?|cases?)|where (?:does|do) (?:it|they|\w+) fail|cons\b|disadvantages?)",
+            r"failure (?:modes?|cases?)|(?:where|when) (?:does|do|did) \S+(?: \S+){0,8}? (?:fail|break down)|cons\b|"
+            r"disadvantages?)",
             re.I,
         ),
     ),
@@ -71,9 +99,21 @@ FACET_ASKED: list[tuple[str, re.Pattern[str]]] = [
         SETUP,
         re.compile(
             r"\b(?:GPUs?|TPUs?|GPU[- ]hours?|hardware|learning[- ]rate|batch[- ]sizes?|hyper-?parameters?|epochs?|"
-            r"model sizes?|how many parameters|training (?:time|cost|budget)|wall[- ]clock|(?:inference )?latency|"
-            r"how much (?:compute|memory|GPU)|(?:memory|compute) (?:use|usage|footprint|cost|requirements?)|"
-            r"how long (?:does|did|do) (?:it|they|\w+) (?:take|train))\b",
+            r"model sizes?|how many parameters|(?:what|which) (?:[\w-]+ )?parameter counts?|"
+            r"how many (?:training )?tokens(?! per)|training tokens|(?:what|which|training) context length|"
+            r"training (?:time|cost|budget)|GPU budget|wall[- ]clock|(?:inference |sampling )?latency|"
+            r"(?:what|much|extra|added|additional|total) (?:[\w-]+ )?time\b|time per|how much (?:compute|memory|GPU)|"
+            r"(?:memory|compute) (?:use|usage|footprint|cost|requirements?)|"
+            r"how long (?:does|did|do) (?:it|they|\S+) (?:take|train))\b",
+            re.I,
+        ),
+    ),
+    (FIGURES, _FIGURES_ASKED),
+    (
+        NAMED,
+        re.compile(
+            rf"\b(?:which|what)\s+(?:of\s+the\s+(?:\S+\s+)?)?"
+            rf"(?:(?!papers?\b|works?\b|stud(?:y|ies)\b|articles?\b)[\w-]+\s+){{0,2}}?(?:{_NAMED_HEADS})\b",
             re.I,
         ),
     ),
@@ -113,7 +153,8 @@ FACET_CUES: dict[str, re.Pattern[str]] = {
         r"tested on|tasks?\b|[A-Z][A-Za-z]*[A-Z0-9][A-Za-z0-9-]*(?:-\d+[A-Za-z]*)?)",
     ),
     RESULTS: re.compile(
-        r"\d|\b(?:outperform\w*|improv\w*|achiev\w*|surpass\w*|state[- ]of[- ]the[- ]art|reduc\w*|faster|"
+        _FIGURE.pattern
+        + r"|\b(?:outperform\w*|improv\w*|achiev\w*|surpass\w*|state[- ]of[- ]the[- ]art|reduc\w*|faster|"
         r"speed-?ups?|gains?|better|superior|competitive|matches|exceed\w*|higher|lower)\b",
         re.I,
     ),
@@ -123,7 +164,11 @@ FACET_CUES: dict[str, re.Pattern[str]] = {
 # answered by any (FACET_CUES[SETUP]).
 SETUP_PARTS: list[tuple[re.Pattern[str], re.Pattern[str]]] = [
     (  # hardware and time
-        re.compile(r"\b(?:GPUs?|TPUs?|GPU[- ]hours?|hardware|training time|wall[- ]clock|how long)\b", re.I),
+        re.compile(
+            r"\b(?:GPUs?(?! memory)|TPUs?|GPU[- ]hours?|hardware|training time|wall[- ]clock|"
+            r"how long (?:does|did|do) \S+ train)\b",
+            re.I,
+        ),
         re.compile(r"\b(?:GPUs?|TPUs?|[AHV]100s?|GPU[- ]hours?|hours?|days|wall[- ]clock|hardware)\b", re.I),
     ),
     (  # hyperparameters
@@ -134,15 +179,29 @@ SETUP_PARTS: list[tuple[re.Pattern[str], re.Pattern[str]]] = [
         re.compile(
             r"\b(?:model sizes?|how many parameters|parameter counts?|how (?:big|large) (?:is|are|were))\b", re.I
         ),
-        re.compile(r"\b(?:\d+(?:\.\d+)?\s?[BM]\b|\d+(?:\.\d+)?\s?(?:billion|million)|model sizes?|parameters)", re.I),
+        re.compile(
+            r"\b(?:\d+(?:\.\d+)?\s?[BM]\b|\d+(?:\.\d+)?\s?(?:billion|million)|model sizes?|"
+            r"\d[\d.,]*\s?[BMK]?\s+(?:trainable\s+)?parameters|parameter counts?)",
+            re.I,
+        ),
     ),
     (  # memory
         re.compile(r"\bmemory\b", re.I),
         re.compile(r"\b(?:memory|VRAM|footprint)\b", re.I),
     ),
+    (  # tokens trained on, context length
+        re.compile(r"\b(?:how many (?:training )?tokens(?! per)|training tokens|context length)\b", re.I),
+        re.compile(r"\d[\d.,]*\s?[KMBT]?\s+tokens\b(?! per)|\bcontext (?:length|window)s? of\b|\b\d+[Kk]\b"),
+    ),
+    (  # time taken
+        re.compile(r"\b(?:(?:what|much|extra|added|additional|total) (?:[\w-]+ )?time|time per|how long)\b", re.I),
+        re.compile(r"\b(?:seconds?|minutes?|hours?|ms|latency|wall[- ]clock|time per)\b", re.I),
+    ),
     (  # latency, throughput and compute cost
         re.compile(
-            r"\b(?:latency|throughput|FLOPs?|how much compute|compute (?:cost|budget)|training (?:cost|budget))\b", re.I
+            r"\b(?:latency|throughput|FLOPs?|how much compute|compute (?:cost|budget)|training (?:cost|budget)|"
+            r"per second)\b",
+            re.I,
         ),
         re.compile(
             r"\b(?:latency|throughput|FLOPs?|comput\w* (?:cost|budget|overhead)|speed-?ups?|faster)\b|\d(?:\.\d+)?\s?[x×]\b",
@@ -154,10 +213,50 @@ SETUP_PARTS: list[tuple[re.Pattern[str], re.Pattern[str]]] = [
 # (``_dataset_like``).
 _DATA_WORDS = re.compile(
     r"\b(?:data ?sets?|benchmarks?|corpus|corpora|suites?|collected|trained on|evaluat\w* on|experiments? on|"
-    r"tested on|leaderboards?)\b",
+    r"tested on|leaderboards?|(?:validat|evaluat|test|assess|benchmark|experiment)\w*\b[^.;]{0,60}?\bon)\b",
+    re.I,
+)
+# A sentence about earlier work or the problem ("Existing methods fail to ...", "However, current models
+# struggle ...") states others' limits, not the paper's own.
+_OTHERS = re.compile(
+    r"\b(?:existing|prior|previous|current|conventional|traditional|standard|earlier|typical|popular|"
+    r"state-of-the-art|recent|many|most|these|such)\b|^(?:however|while|although|despite|yet)\b",
+    re.I,
+)
+# A paper's own limits, as abstracts state them: "fails", "cannot" and "struggles" there are nearly always said of
+# the problem or of earlier methods ("Directly feeding raw parameters fails to ..."), so they are not counted.
+_OWN_LIMITS = re.compile(
+    r"\b(?:limitations?|limited to|does not (?:scale|generali[sz]e|apply)|drawbacks?|weakness|"
+    r"only (?:applies|works|holds)|restricted to|at the (?:cost|expense) of|trade-?offs?|future work|"
+    r"remains? (?:challenging|difficult|open)|leave[s]? .{0,40} (?:open|future))",
+    re.I,
+)
+_ASKS_OTHERS = re.compile(
+    r"\b(?:motivat\w*|existing|prior|previous|current|conventional|traditional|standard|other|earlier)\b", re.I
+)
+# Where a named thing stands when a sentence names what was used: after "on", "across", "including", "such
+# as", a comma or "and" of a list ("evaluated on GSM8K and MATH"), not as a subject ("While MuZero enables").
+_OBJECT_OF = re.compile(
+    r"(?:\b(?:on|across|over|including|includes?|such as|e\.g\.|i\.e\.|like|using|uses?|used|from|with|via|and|or|"
+    r"vs\.?|versus|than|compared to|in|among)|[,(:;/])\s*(?:the\s+|a\s+|an\s+)?(?:[\w-]+\s+)?$",
     re.I,
 )
 _NAME_TOKEN = re.compile(r"(?<![\w-])[A-Za-z][\w-]*[A-Za-z0-9](?![\w-])")
+
+
+def _named_here(sentence: str, m: re.Match[str], own: set[str]) -> bool:
+    """Whether token ``m`` of ``sentence`` names something the sentence says was used or compared: name-shaped
+    (``_dataset_like``, or a capitalised word inside the sentence: "English", "Leduc"), not the question's or the
+    paper's own terms, and standing where a named thing used stands (``_OBJECT_OF``)."""
+    token = m.group()
+    shaped = _dataset_like(sentence, m, own) or (
+        m.start() > 0
+        and bool(re.fullmatch(r"[A-Z][a-z]+", token))
+        and token.lower() not in own
+        and token.lower() not in STOPWORDS
+        and token.lower() not in GENERIC_NAMES
+    )
+    return shaped and bool(_OBJECT_OF.search(sentence[max(0, m.start() - 40) : m.start()]))
 
 
 def _dataset_like(sentence: str, m: re.Match[str], own: set[str]) -> bool:
@@ -171,6 +270,10 @@ def _dataset_like(sentence: str, m: re.Match[str], own: set[str]) -> bool:
         return False
     if re.fullmatch(r"[a-z]*[A-Z]{2,}s", token):
         return False
+    if re.fullmatch(r"[A-Z]{1,2}", token):
+        return False  # "LP", "RL": an abbreviation, too short to name a dataset
+    if any(part.isalpha() and part.islower() for part in token.split("-")[1:]):
+        return False  # "PAC-style", "MoE-based": a qualifier, not a name
     # A capital inside a part ("ImageNet", "MT-Bench"), not only at the start of each ("Mixture-of-Experts").
     return bool(re.search(r"\d", token)) or any(re.search(r"[A-Z]", part[1:]) for part in token.split("-"))
 
@@ -359,10 +462,38 @@ def split_question(question: str) -> tuple[list[str], list[str]]:
     )
 
 
+# "Does X also work for Y?", "Does the method carry over to Y?", "Does PepBenchmark include Y?": a yes-or-no
+# question whether a paper reaches Y. Answered only by a source that names Y (every content word of one of its
+# "or" alternatives), whatever else it shares with the question. Not "Is there work on ...": that asks for papers.
+_SCOPE_ASKED = re.compile(
+    r"^\s*(?:does|do|did|can|could|is|are|was|were|has|have|will|would)\b"
+    r"(?!\s+there\s+(?:any\s+)?(?:work|papers?|research|studies|study)\b)[^?]*?"
+    r"\b(?:also|still|ever|carr(?:y|ies) over|transfers?|extends?|generali[sz]es?|includes?|covers?|"
+    r"appl(?:y|ies) to|works? (?:for|on|with))\b(?P<rest>[^?]*)",
+    re.I,
+)
+_SCOPE_END = re.compile(r"\s+(?:the way|as well as|as|like|compared|than|rather|—|–)\b.*$|[,;:].*$", re.I)
+_SCOPE_OBJECT = re.compile(r"\b(?:to|for|on|in|of|with|under|when|at|across)\s+(.+)$", re.I)
+
+
+def scope_asked(question: str) -> str | None:
+    """What a yes-or-no scope question asks whether a paper reaches, as written ("vision-language reasoning
+    models"), else None."""
+    m = _SCOPE_ASKED.match(question)
+    if not m:
+        return None
+    rest = _SCOPE_END.sub("", m.group("rest")).strip(" ?.")
+    obj = _SCOPE_OBJECT.search(rest)
+    target = (obj.group(1) if obj else rest).strip(" ?.")
+    return target if any(t not in _boiler_stems() for t in keyword_tokens(target)) else None
+
+
 def asked_facet(question: str) -> str | None:
     """The facet ``question`` asks for, by its wording (None: what the papers do in general)."""
     if comparison_sides(question):
         return COMPARISON
+    if scope_asked(question):
+        return SCOPE
     for facet, pattern in FACET_ASKED:
         if pattern.search(question):
             return facet
@@ -440,11 +571,15 @@ class Analysis:
     facet: str | None
     sides: list[str]
     evidence: list[_Evidence]
+    # The sources' own terms: the abbreviations they define ("(TGNN)") and their titles' words. A dataset or
+    # model a sentence names is none of these (a paper's own method is not what it was tested on).
+    own_terms: frozenset[str] = frozenset()
 
     def facet_test(self) -> Callable[[str], bool]:
         """The test a sentence passes when it states the facet asked for, as this question asks it (never, for a
         facet without a test of its own: how, why, a comparison). Built once per question by its callers."""
-        return states_facet(self.question, self.facet, [e.aspect.text for e in self.evidence if e.aspect.kind == NAME])
+        names = [e.aspect.text for e in self.evidence if e.aspect.kind == NAME]
+        return states_facet(self.question, self.facet, [*names, *self.own_terms])
 
 
 @lru_cache(maxsize=256)
@@ -453,16 +588,56 @@ def _setup_cues(question: str) -> tuple[re.Pattern[str], ...]:
     return asked or (FACET_CUES[SETUP],)
 
 
+_AUX = frozenset(
+    ["does", "do", "did", "is", "are", "was", "were", "can", "could", "has", "have", "had", "will", "would", "should"]
+    + ["the", "a", "an", "of"]
+)
+
+
+def figure_focus(question: str) -> frozenset[str]:
+    """The stems of what a figure is asked of ("How much accuracy does X lose?": accuracy; "What confidence
+    threshold ...": confidence, threshold); empty when it is asked of a comparison ("how much faster")."""
+    words: list[str] = []
+    for m in _FIGURES_ASKED.finditer(question):
+        head = re.sub(r"(?i)^.*?\b(?:how (?:much|many)|exact|explicit|precise|what)\b", "", m.group()).split()
+        tail = question[m.end() :].split() if re.search(r"(?i)how (?:much|many)$", m.group().strip()) else []
+        for w in [*head, *tail[:4]]:
+            w = w.strip(",.?!;:()")
+            if not w or w.lower() in _AUX or _is_boiler(w) or w.lower() in _QUESTION_WORDS:
+                break
+            words.append(w)
+    generic = {"number", "numbers", "value", "values", "figure", "figures", "amount", "amounts"}
+    stems = {
+        t
+        for w in words
+        if w.lower() not in generic and not re.fullmatch(r"(?i)\w+er|more|less", w)
+        for t in keyword_tokens(w)
+    }
+    return frozenset(stems - _boiler_stems())
+
+
 def states_facet(question: str, facet: str | None, names: Sequence[str]) -> Callable[[str], bool]:
     """The test a sentence passes when it states ``facet`` as ``question`` asks for it: training details by the
     part asked (GPUs are not answered by a learning rate); data by a dataset named in words or by its shape,
-    other than the question's own names; limitations and results by ``FACET_CUES``."""
+    other than the question's own names; names asked for by one that stands where a thing used is named; figures
+    by a number; limitations by ``FACET_CUES`` in a sentence not about others' work; results by ``FACET_CUES``."""
     if facet == SETUP:
         cues = _setup_cues(question)
         return lambda s: any(c.search(s) for c in cues)
+    own = {n.lower() for n in names}
     if facet == DATA:
-        own = {n.lower() for n in names}
         return lambda s: bool(_DATA_WORDS.search(s)) or any(_dataset_like(s, m, own) for m in _NAME_TOKEN.finditer(s))
+    if facet == NAMED:
+        return lambda s: any(_named_here(s, m, own) for m in _NAME_TOKEN.finditer(s))
+    if facet == FIGURES:
+        focus = figure_focus(question)
+        if not focus:
+            return lambda s: bool(_FIGURE.search(s))
+        return lambda s: bool(_FIGURE.search(s)) and bool(focus & set(keyword_tokens(s)))
+    if facet == LIMITATIONS:
+        if _ASKS_OTHERS.search(question):  # "what drawbacks of adapter tuning motivate ...?": others' limits
+            return lambda s: bool(FACET_CUES[LIMITATIONS].search(s))
+        return lambda s: bool(_OWN_LIMITS.search(s)) and not _OTHERS.search(s)
     cue = FACET_CUES.get(facet or "")
     if cue is None:
         return lambda s: False
@@ -504,15 +679,76 @@ def analyse(
         ev.share = {n: sum(t in toks for t in stems) / len(stems) for n, toks in enumerate(tokens, 1)}
         ev.cos = per_source
         out.evidence.append(ev)
-    if facet in FACET_CUES:
-        ev = _Evidence(Aspect(facet, FACET))
-        states = out.facet_test()
-        for n, ss in enumerate(sents, 1):
-            hit = next((x for x in ss if states(x)), None)
-            if hit is not None:
-                ev.found[n] = hit
-        out.evidence.append(ev)
+    out.own_terms = own_terms(sources)
+    facet_evidence(out, sources, sents)
     return out
+
+
+# The facets a sentence can be tested for (``states_facet``); how, why and a comparison are judged otherwise.
+TESTED_FACETS = frozenset([LIMITATIONS, SETUP, NAMED, DATA, FIGURES, RESULTS])
+_DEFINED = re.compile(r"\(([A-Za-z][\w-]*[A-Za-z0-9])\)")
+
+
+def own_terms(sources: Sequence[tuple[str, str]]) -> frozenset[str]:
+    """The sources' own terms, lower-cased: the abbreviations their abstracts define, the words of the terms they
+    define ("Reinforcement Learning with Verifiable Rewards (RLVR)") and their titles' words."""
+    terms: set[str] = set()
+    for title, abstract in sources:
+        for m in _DEFINED.finditer(abstract):
+            terms.add(m.group(1).lower())
+            before = _NAME_TOKEN.findall(abstract[max(0, m.start() - 80) : m.start()])
+            terms.update(t.lower() for t in before[-(sum(c.isupper() for c in m.group(1)) + 2) :])
+        terms.update(t.lower() for t in _NAME_TOKEN.findall(title))
+    return frozenset(terms | {t[:-1] for t in terms if t.endswith("s")})
+
+
+def _content(text: str) -> set[str]:
+    return {t for t in keyword_tokens(text) if t not in _boiler_stems()}
+
+
+def _scope_evidence(analysis: Analysis, sources: Sequence[tuple[str, str]], target: str) -> _Evidence:
+    """Where a scope question's target is reached: a source that has every content word of one of its "or"
+    alternatives, and is the paper asked about (it has the question's names that any source has, and half the
+    content words of the subject: "Does [the INR + grid inversion method] carry over to [3D elastic inversion]?").
+    """
+    ev = _Evidence(Aspect(target, FACET))
+    options = [o for o in (_content(x) for x in re.split(r"\s+or\s+", target)) if o]
+    m = _SCOPE_ASKED.match(analysis.question)
+    cue_at = m.start("rest") if m else 0
+    subject = _content(re.sub(r"(?i)^\s*\w+\s+", "", analysis.question[:cue_at]))
+    subject -= {t for e in analysis.evidence if e.aspect.kind == NAME for t in keyword_tokens(e.aspect.text)}
+    names = [e for e in analysis.evidence if e.aspect.kind == NAME and e.found]
+    for n, (title, abstract) in enumerate(sources, 1):
+        toks = set(paper_text(title, abstract).split())
+        if any(n not in e.found for e in names):
+            continue  # another paper than the one asked about
+        if subject and len(subject & toks) < len(subject) / 2:
+            continue
+        if any(o <= toks for o in options):
+            ev.found[n] = None
+    return ev
+
+
+def facet_evidence(
+    analysis: Analysis, sources: Sequence[tuple[str, str]], sents: Sequence[Sequence[str]] | None = None
+) -> None:
+    """Add the facet asked for, with the first sentence of each source that states it, to ``analysis``."""
+    analysis.evidence = [e for e in analysis.evidence if e.aspect.kind != FACET]
+    if sents is None:
+        sents = [sentences(plain_text(a)) for _, a in sources]
+    target = scope_asked(analysis.question) if analysis.facet == SCOPE else None
+    if target is not None:
+        analysis.evidence.append(_scope_evidence(analysis, sources, target))
+        return
+    if analysis.facet not in TESTED_FACETS:
+        return
+    ev = _Evidence(Aspect(str(analysis.facet), FACET))
+    states = analysis.facet_test()
+    for n, ss in enumerate(sents, 1):
+        hit = next((x for x in ss if states(x)), None)
+        if hit is not None:
+            ev.found[n] = hit
+    analysis.evidence.append(ev)
 
 
 def decide(analysis: Analysis, read: Sequence[int], rules: CoverageRules | None = None) -> Coverage:
