@@ -362,7 +362,8 @@ def plan_quotes(
     A paper is quoted only when its retrieval score is close to the best paper's and its best
     sentence itself matches the question (a cosine floor, and a share of the best sentence's
     cosine): a paper retrieved on one shared phrase is otherwise quoted with a sentence about
-    something else. The question's shape changes that:
+    something else; the paper retrieval ranks first is always quoted, with its best sentence. The question's
+    shape changes that:
 
     - "which papers ..." lists every paper above the retrieval floor (``above_floor``) with a
       sentence that matches, one line each;
@@ -413,6 +414,10 @@ def plan_quotes(
             take = [c for c in ranked[:1] if c.cos >= bar]
         else:
             take = [c for c in ranked if c.cos >= bar][: 2 if not quoted else 1]
+        if n == 1 and not take:
+            # The paper retrieval ranks first is always quoted: the fused ranking judges the paper better than one
+            # sentence's cosine does (lay questions: their best sentence is far from the question's words).
+            take = ranked[:1]
         if stated and take and stated[0] not in take:
             take = [stated[0], *take][:2]  # the facet asked for, stated, comes first
         if not take:

@@ -202,6 +202,19 @@ def test_which_papers_lists_every_paper_above_the_floor(engine: Engine) -> None:
     assert set(ans.citations) <= above
 
 
+def test_the_paper_retrieval_ranks_first_is_always_quoted(engine: Engine) -> None:
+    """A lay question's best sentence in its paper can be far from its words: CO3 ranked first for this dev question
+    but only K-Flow's sentence was close enough to quote, so the answer cited K-Flow alone."""
+    q = (
+        "When you ask a picture generator for 'a dog and a bicycle' and one object vanishes, how can you fix it at "
+        "generation time without touching the weights?"
+    )
+    ans = engine.ask(q, ExtractiveBackend(engine.settings)).run()
+    co3 = seed_id("a cat and a clock")
+    assert ans.search is not None and ans.search["results"][0]["id"] == co3
+    assert not ans.refused and ans.citations[:1] == [co3], ans.citations
+
+
 def test_names_no_abstract_contains_are_said_first(engine: Engine) -> None:
     ans = engine.ask("what does DoRA report on GLUE?", ExtractiveBackend(engine.settings)).run()
     assert ans.uncovered[:2] == ["DoRA", "GLUE"] or ans.refused
