@@ -14,7 +14,8 @@ nearest PEFT paper. So the question is split into its aspects:
   by a learning rate, a dataset by the paper's own name, a threshold by the "1" of "o1-like", the
   paper's limitations by what earlier methods fail to do, "which games?" by a sentence whose
   subject is MuZero); a scope ("does X also work for Y?") only by the paper asked about naming Y;
-  a comparison by each compared paper; how and why by meaning, like descriptions;
+  a combination ("has anyone combined X with Y?") only by one paper naming both; a comparison by
+  each compared paper; how and why by meaning, like descriptions;
 - the **descriptions**, the other content words in phrases ("speculative decoding", "draft model"),
   matched as words or by meaning: the phrase's sentence embedding against the abstracts' sentences,
   as the claim check matches claims.
@@ -62,6 +63,7 @@ LIMITATIONS, RESULTS, DATA, METHOD, COMPARISON, HOW, WHY, SETUP, FIGURES, NAMED 
 )
 BEST, VALIDATION = "which performs best", "real-world or wet-lab validation"
 SCOPE = "scope"  # "does X also work for Y?": the aspect is Y as written
+COMBINATION = "combination"  # "has anyone combined X with Y?": the aspect is "X together with Y"
 
 # Things a question can ask to be named ("which games was LAMIR tested on?", "which of the 21 frontier models
 # scored best?", "which base model is it built on?"): answered only by a sentence that names one. Tasks and
@@ -527,6 +529,35 @@ _CONTRAST_ASKED = re.compile(
 _LAST_OBJECT = re.compile(r".*\b(?:to|for|on|in|with|under|when|at|across|if)\s+(.+)$", re.I)
 
 
+# "Has anyone combined X with Y?", "Which papers apply X to Y?", "Is there a paper that combines X with Y to ...?":
+# two topics asked of one paper. Each may be in some abstract; the question is whether one abstract joins them.
+_COMBINATION_ASKED = re.compile(
+    r"^\s*(?:has anyone|have (?:people|researchers)|is there|are there|does any|do any|any work|which papers?|"
+    r"what (?:papers?|work))\b[^?]*?\b(?:combin\w*|pair\w*|merg\w*|integrat\w*|appl(?:y|ies|ied|ying)|brings?|"
+    r"brought|bringing)\s+(?P<x>[^?]{3,80}?)\s+(?:with|to|into)\s+(?P<y>[^?]+?)"
+    r"(?:\s+(?:to|so|in order to|for|that)\s+[^?]*)?\s*\??\s*$",
+    re.I,
+)
+# Words that name the whole field, not a topic to join: "apply machine learning to drug discovery" asks one thing.
+_FIELD_WORDS = frozenset(
+    t
+    for w in ["machine", "learning", "deep", "neural", "network", "networks", "AI", "artificial", "intelligence"]
+    for t in keyword_tokens(w)
+)
+
+
+def combination_asked(question: str) -> tuple[str, str] | None:
+    """The two topics a question asks one paper to join ("Dirichlet-style mixture-of-experts routing", "diffusion
+    language models"), else None; a side of field words only ("machine learning") is no topic."""
+    m = _COMBINATION_ASKED.match(question)
+    if not m:
+        return None
+    x, y = m.group("x").strip(" ,"), m.group("y").strip(" ,?")
+    if not (_content(x) - _FIELD_WORDS) or not (_content(y) - _FIELD_WORDS):
+        return None
+    return x, y
+
+
 def scope_asked(question: str) -> str | None:
     """What a yes-or-no scope question asks whether a paper reaches, as written ("vision-language reasoning
     models", "adversarially chosen delays"), else None."""
@@ -550,6 +581,8 @@ def asked_facet(question: str) -> str | None:
         return COMPARISON
     if scope_asked(question):
         return SCOPE
+    if combination_asked(question):
+        return COMBINATION
     for facet, pattern in FACET_ASKED:
         if pattern.search(question):
             return facet
@@ -790,6 +823,18 @@ def _content(text: str) -> set[str]:
     return {t for t in keyword_tokens(text) if t not in _boiler_stems()}
 
 
+def _combination_evidence(sources: Sequence[tuple[str, str]], pair: tuple[str, str]) -> _Evidence:
+    """Where two topics are joined: a source with two thirds of the specific content words of each (all of them
+    would miss a paraphrase; half, a two-word side of which one word is everywhere)."""
+    ev = _Evidence(Aspect(f"{pair[0]} together with {pair[1]}", FACET))
+    sides = [_content(x) - _FIELD_WORDS for x in pair]
+    for n, (title, abstract) in enumerate(sources, 1):
+        toks = set(paper_text(title, abstract).split())
+        if all(len(side & toks) >= len(side) * 2 / 3 for side in sides):
+            ev.found[n] = None
+    return ev
+
+
 def _scope_evidence(analysis: Analysis, sources: Sequence[tuple[str, str]], target: str) -> _Evidence:
     """Where a scope question's target is reached: a source that has every content word of one of its "or"
     alternatives, and is the paper asked about (it has the question's names that any source has, and half the
@@ -820,6 +865,10 @@ def facet_evidence(
     analysis.evidence = [e for e in analysis.evidence if e.aspect.kind != FACET]
     if sents is None:
         sents = [sentences(plain_text(a)) for _, a in sources]
+    pair = combination_asked(analysis.question) if analysis.facet == COMBINATION else None
+    if pair is not None:
+        analysis.evidence.append(_combination_evidence(sources, pair))
+        return
     target = scope_asked(analysis.question) if analysis.facet == SCOPE else None
     if target is not None:
         analysis.evidence.append(_scope_evidence(analysis, sources, target))

@@ -20,6 +20,7 @@ from rag_papers.chat import ChatSession, Engine, usable_rewrite
 from rag_papers.config import Settings
 from rag_papers.coverage import (
     BEST,
+    COMBINATION,
     DATA,
     FIGURES,
     HOW,
@@ -115,11 +116,17 @@ def test_a_question_splits_into_names_and_descriptions_without_boilerplate(
         ("How does TemGX runtime scale on graphs with millions of edges?", SETUP),
         ("How much faster is CryoNet.Refine than Rosetta, in minutes per structure?", SETUP),
         ("Can the zooming algorithm cope with adversarially chosen delays instead of stochastic ones?", SCOPE),
+        (
+            "Has anyone combined Dirichlet-style routing with diffusion language models to cut inference cost?",
+            COMBINATION,
+        ),
+        ("Which papers apply mixture-of-experts routing to diffusion language models?", COMBINATION),
         # ... and the same words where they ask for nothing of the kind (dev's answerable questions):
+        ("Which papers apply machine learning to molecular biology or drug discovery?", None),
         ("Which papers report the best results on GSM8K?", "results"),
         (
             "Is there work bringing dynamic programming into in-context RL so it can improve on the data rather than imitate it?",
-            None,
+            COMBINATION,  # not a scope by contrast: it asks for papers (and its gold paper joins the two)
         ),
         ("Which papers involve games or game theory?", None),
         ("a differentiable gate that separates which experts fire from how much weight each one gets", "results"),
@@ -225,6 +232,17 @@ def test_which_papers_lists_every_paper_above_the_floor(engine: Engine) -> None:
     assert set(ans.citations) <= above
 
 
+def test_two_topics_asked_of_one_paper_are_covered_only_by_a_paper_joining_them() -> None:
+    q = "Which papers apply diffusion models to biomolecular 3D structures?"
+    rna = ("RNA", "A discrete diffusion model designs RNA sequences and their biomolecular 3D structures.")
+    moe = ("MoE", "A Dirichlet router for mixture-of-experts models.")
+    dlm = ("dLLM", "Diffusion language models decode tokens in parallel.")
+    assert decide(analyse(q, [rna], None), [1]).uncovered == []
+    q2 = "Has anyone combined mixture-of-experts routing with diffusion language models?"
+    missing = [a.text for a in decide(analyse(q2, [moe, dlm], None), [1, 2]).uncovered]
+    assert missing == ["mixture-of-experts routing together with diffusion language models"], missing
+
+
 def test_a_name_of_several_words_is_found_as_a_phrase() -> None:
     """ "Why does Decision Transformer struggle to stitch trajectories?" was answered plainly from an abstract that
     says "decision" in one sentence and "Transformer" in another."""
@@ -291,6 +309,11 @@ def test_a_dataset_question_is_not_answered_by_the_papers_own_name_or_a_field_ac
             VALIDATION,
         ),
         ("Why does Decision Transformer struggle to stitch together suboptimal trajectories?", "Decision Transformer"),
+        (
+            "Has anyone combined Dirichlet-style mixture-of-experts routing with diffusion language models to cut "
+            "inference cost?",
+            "Dirichlet-style mixture-of-experts routing together with diffusion language models",
+        ),
         (
             "Does AtteNT also speed up training of convolutional networks or graph neural networks?",
             "convolutional networks or graph neural networks",
