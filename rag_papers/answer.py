@@ -19,7 +19,16 @@ from rag_papers import RagPapersError
 from rag_papers.claims import CITE, Claim, check_claims
 from rag_papers.config import Settings
 from rag_papers.corpus import Paper, plain_text, sentences
-from rag_papers.coverage import DESCRIPTION, NAME, Analysis, Coverage, CoverageRules, analyse, decide
+from rag_papers.coverage import (
+    DESCRIPTION,
+    NAME,
+    Analysis,
+    Coverage,
+    CoverageRules,
+    analyse,
+    asks_for_papers,
+    decide,
+)
 from rag_papers.llm import Backend, Message, estimate_tokens
 from rag_papers.retrieve import Hit, SearchResult
 
@@ -282,19 +291,6 @@ def sentence_prior(sentence: str) -> int:
     if _CONTRIBUTION.search(sentence):
         return 1
     return -1 if _BACKGROUND.search(sentence) else 0
-
-
-# "Which papers ...", "Is there work on ...", "Are there papers ...": asked for a list of papers.
-_LISTING_STARTS = [
-    r"(?:which|what)\s+(?:papers?|works?|studies|articles)\b",  # "which papers ...", "what work ..."
-    r"(?:is|are)\s+there\s+(?:any\s+)?(?:\w+\s+)?(?:papers?|works?|research|studies|articles)\b",  # "is there work"
-    r"any\s+(?:papers?|work|research|studies)\s+(?:on|about)\b",  # "any papers on ..."
-]
-_LISTING = re.compile(r"^\W*(?:" + "|".join(_LISTING_STARTS) + ")", re.IGNORECASE)
-
-
-def asks_for_papers(question: str) -> bool:
-    return bool(_LISTING.match(question))
 
 
 TermStats = Callable[[list[str]], tuple[int, list[tuple[str, int]]]]  # ``Index.stem_stats``

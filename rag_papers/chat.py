@@ -14,10 +14,10 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import TypedDict, Unpack
 
-from rag_papers.answer import Answer, AnswerStream, TermStats, as_data, asks_for_papers, load_prompt
+from rag_papers.answer import Answer, AnswerStream, TermStats, as_data, load_prompt
 from rag_papers.config import Settings
 from rag_papers.corpus import STOPWORDS, clip
-from rag_papers.coverage import comparison_sides
+from rag_papers.coverage import asks_for_papers, comparison_sides
 from rag_papers.index import Index
 from rag_papers.keyword import QUERY_BOILERPLATE, keyword_tokens, paper_text
 from rag_papers.llm import Backend, LLMError, get_backend

@@ -181,7 +181,8 @@ FACET_CUES: dict[str, re.Pattern[str]] = {
     RESULTS: re.compile(
         _FIGURE.pattern
         + r"|\b(?:outperform\w*|improv\w*|achiev\w*|surpass\w*|state[- ]of[- ]the[- ]art|reduc\w*|faster|"
-        r"speed-?ups?|gains?|better|superior|competitive|matches|exceed\w*|higher|lower)\b",
+        r"speed-?ups?|gains?|better|superior|competitive|matches|exceed\w*|higher|lower|"
+        r"(?:prove|show|establish|demonstrate|reveal)s?|we find|findings)\b",
         re.I,
     ),
 }
@@ -575,6 +576,19 @@ def scope_asked(question: str) -> str | None:
     return target if any(t not in _boiler_stems() for t in keyword_tokens(target)) else None
 
 
+# "Which papers ...", "Is there work on ...", "Are there papers ...": asked for a list of papers.
+_LISTING_STARTS = [
+    r"(?:which|what)\s+(?:papers?|works?|studies|articles)\b",  # "which papers ...", "what work ..."
+    r"(?:is|are)\s+there\s+(?:any\s+)?(?:\w+\s+)?(?:papers?|works?|research|studies|articles)\b",  # "is there work"
+    r"any\s+(?:papers?|work|research|studies)\s+(?:on|about)\b",  # "any papers on ..."
+]
+_LISTING = re.compile(r"^\W*(?:" + "|".join(_LISTING_STARTS) + ")", re.IGNORECASE)
+
+
+def asks_for_papers(question: str) -> bool:
+    return bool(_LISTING.match(question))
+
+
 def asked_facet(question: str) -> str | None:
     """The facet ``question`` asks for, by its wording (None: what the papers do in general)."""
     if comparison_sides(question):
@@ -583,6 +597,10 @@ def asked_facet(question: str) -> str | None:
         return SCOPE
     if combination_asked(question):
         return COMBINATION
+    if asks_for_papers(question):
+        # "Which papers study failure modes of diffusion models?": a topic of papers, not a facet of one paper
+        # (as before, data and results are still read as asked: "which papers evaluate on GSM8K?").
+        return next((f for f, p in FACET_ASKED if f in (DATA, RESULTS) and p.search(question)), None)
     for facet, pattern in FACET_ASKED:
         if pattern.search(question):
             return facet

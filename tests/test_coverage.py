@@ -123,6 +123,7 @@ def test_a_question_splits_into_names_and_descriptions_without_boilerplate(
         ("Which papers apply mixture-of-experts routing to diffusion language models?", COMBINATION),
         # ... and the same words where they ask for nothing of the kind (dev's answerable questions):
         ("Which papers apply machine learning to molecular biology or drug discovery?", None),
+        ("Which papers study failure modes or security vulnerabilities of text-to-image diffusion models?", None),
         ("Which papers report the best results on GSM8K?", "results"),
         (
             "Is there work bringing dynamic programming into in-context RL so it can improve on the data rather than imitate it?",
@@ -171,6 +172,7 @@ def test_the_facet_a_question_asks_for(question: str, facet: str | None) -> None
         ("How much accuracy does it lose?", "Accuracy drops by only 0.4 points.", True),
         ("what results does it report?", "Learning systems natively based on 3D Gaussian Splatting.", False),
         ("what results does it report?", "It improves accuracy by 4.1 points.", True),
+        ("some theory result on ReLU networks?", "Our findings demonstrate that singularities are connected.", True),
     ],
 )
 def test_what_states_the_facet_asked_for(question: str, sentence: str, states: bool) -> None:
