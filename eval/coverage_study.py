@@ -26,7 +26,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from rag_papers.answer import QuoteRules, _sources, plan_quotes, prepare_quotes
+from rag_papers.answer import QuoteRules, _sources, named_sources, plan_quotes, prepare_quotes
 from rag_papers.chat import Engine
 from rag_papers.config import PROJECT_ROOT, Settings
 from rag_papers.coverage import CoverageRules
@@ -92,13 +92,14 @@ def outcome(row: Row, rules: QuoteRules, cov: CoverageRules) -> Outcome:
         return [], False, True
     used = row["used"]
     top = used[0][0].score
+    named = set(named_sources(row["analysis"]))
     cands = [
         c
         for c in row["cands"]
         if c.n == 1
         or used[c.n - 1][0].score >= rules.paper_ratio * top
         or used[c.n - 1][0].id in row["above_floor"]
-        or any(c.n in ev.found for ev in row["analysis"].evidence if ev.aspect.text in row["analysis"].sides)
+        or c.n in named
     ]
     plan = plan_quotes(row["q"].question, used, cands, row["analysis"], rules, cov, row["above_floor"])
     cited = list(dict.fromkeys(used[n - 1][0].id for n, _ in plan.lines))

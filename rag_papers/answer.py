@@ -28,6 +28,7 @@ from rag_papers.coverage import (
     analyse,
     asks_for_papers,
     decide,
+    ignored_name,
 )
 from rag_papers.llm import Backend, Message, estimate_tokens
 from rag_papers.retrieve import Hit, SearchResult
@@ -385,6 +386,10 @@ def plan_quotes(
         if ev.aspect.kind == NAME and ev.aspect.text == side
         for n in sorted(ev.found)[:1]
     }
+    # A paper the question names ("Compare ABBA with the hybrid fine-tuning approach") is quoted, as a compared
+    # side is: the first retrieved source that has the name.
+    for n in named_sources(analysis):
+        side_of.setdefault(n, "")
     if every and above_floor is not None:
         floor_ids = set(above_floor)
         close = [n for n, (h, _) in enumerate(used, 1) if n == 1 or h.id in floor_ids]
@@ -464,6 +469,15 @@ def analyse_sources(
     return analyse(question, [(p.title, p.abstract) for _, p in used], embedder, names_df)
 
 
+def named_sources(analysis: Analysis) -> list[int]:
+    """The sources (1-based) quoted because the question names them: for each name it uses (not the field's, not
+    a likeness), the first retrieved source that has it; a comparison's sides first."""
+    names = [e for e in analysis.evidence if e.aspect.kind == NAME and e.found]
+    names.sort(key=lambda e: e.aspect.text not in analysis.sides)
+    picked = [min(e.found) for e in names if not ignored_name(e.aspect.text, analysis.question)]
+    return list(dict.fromkeys(picked))
+
+
 def prepare_quotes(
     question: str,
     used: list[tuple[Hit, Paper]],
@@ -473,9 +487,10 @@ def prepare_quotes(
     above_floor: Sequence[str] | None = None,
 ) -> tuple[Analysis, list[Candidate]]:
     """What ``plan_quotes`` decides on: the question's aspects in the sources, and the quotable sentences
-    (of the sources scoring ``min_score`` or more, a comparison's sides and a list's papers above the floor)."""
+    (of the sources scoring ``min_score`` or more, the papers the question names, a comparison's sides among them,
+    and a list's papers above the floor)."""
     analysis = analyse_sources(question, used, embedder, names_df)
-    sides = [n for ev in analysis.evidence if ev.aspect.text in analysis.sides for n in sorted(ev.found)[:1]]
+    sides = named_sources(analysis)
     floor_ids = set(above_floor or ())
     listed = [n for n, (h, _) in enumerate(used, 1) if h.id in floor_ids] if asks_for_papers(question) else []
     return analysis, quote_candidates(question, used, embedder, min_score, [*sides, *listed])

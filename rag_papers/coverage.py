@@ -121,7 +121,7 @@ FACET_ASKED: list[tuple[str, re.Pattern[str]]] = [
             r"\b(?:in the real world|real[- ]world (?:tests?|trials?|deployment|experiments?|robots?|hardware)|"
             r"(?:real|physical) (?:robots?|hardware)|wet[- ]?lab|in vitro|in vivo|synthesi[sz]ed|fabricated|"
             r"(?:validated|verified|confirmed|tested) experimentally|experimentally (?:validated|verified|confirmed|tested)|"
-            r"clinical (?:trials?|validation))\b",
+            r"clinical (?:trials?|validation)|(?:real|actual) deployments?|deployed in (?:practice|production))\b",
             re.I,
         ),
     ),
@@ -129,9 +129,8 @@ FACET_ASKED: list[tuple[str, re.Pattern[str]]] = [
     (
         BEST,
         re.compile(
-            r"\bwhich\b(?![^?]{0,30}\bpapers?\b)[^?]{0,80}?\b(?:performs?|performed|scored?|scores|came out|comes out|"
-            r"ranks?|ranked|wins?|won|is|was|were|are|does|did|had|has|do)\s+(?:the\s+)?"
-            r"(?:best|on top|highest|first|most accurate|strongest)\b",
+            r"\bwhich\b(?![^?]{0,30}\bpapers?\b)[^?]{0,80}?\b(?:the\s+)?"
+            r"(?:best|on top|highest|most accurate|strongest)\b",
             re.I,
         ),
     ),
@@ -264,7 +263,8 @@ _WINNER = re.compile(
 _VALIDATED = re.compile(
     r"\b(?:real[- ]world (?:robots?|hardware|experiments?|tests?|trials?|deployment)|(?:real|physical) (?:robots?|hardware)|"
     r"wet[- ]?lab|in vitro|in vivo|synthesi[sz]ed|fabricated|experimentally (?:validated|verified|confirmed|tested)|"
-    r"(?:validated|verified|confirmed|tested) (?:experimentally|in the lab)|clinical (?:trials?|validation))\b",
+    r"(?:validated|verified|confirmed|tested) (?:experimentally|in the lab)|clinical (?:trials?|validation)|"
+    r"deploy(?:ed|ment)s?)\b",
     re.I,
 )
 # A paper's own limits, as abstracts state them: "fails", "cannot" and "struggles" there are nearly always said of
@@ -439,6 +439,11 @@ def hedged(name: str, question: str) -> bool:
     return bool(re.search(rf"{re.escape(name)}(?:-|\s+)(?:{_HEDGES})\b", question, re.IGNORECASE))
 
 
+def ignored_name(name: str, question: str) -> bool:
+    """A name that is no aspect: one of the field's ("LLM") or named only as a likeness ("MuZero-style")."""
+    return name.lower() in GENERIC_NAMES or hedged(name, question)
+
+
 def _looks_like_name(word: str, first: bool) -> bool:
     """A method, model, dataset or figure: "DoRA", "GLUE", "ES-dLLM", "GPT-4", "Mamba" (not first), "12%".
 
@@ -513,7 +518,8 @@ _SCOPE_ASKED = re.compile(
     r"^\s*(?:does|do|did|can|could|is|are|was|were|has|have|will|would)\b"
     r"(?!\s+there\s+(?:any\s+)?(?:work|papers?|research|studies|study)\b)[^?]*?"
     r"\b(?:also|still|ever|carr(?:y|ies) over|transfers?|extends?|generali[sz]es?|includes?|covers?|"
-    r"appl(?:y|ies) to|works? (?:for|on|with))\b(?P<rest>[^?]*)",
+    r"appl(?:y|ies) to|works? (?:for|on|with)|(?:evaluated|tested|benchmarked|applied|validated) "
+    r"(?=on|in|against|with|to)|(?:robust|resistant|vulnerable|sensitive|immune) (?=to|against))\b(?P<rest>[^?]*)",
     re.I,
 )
 _SCOPE_END = re.compile(r"\s+(?:the way|as well as|as|like|compared|than|rather|—|–)\b.*$|[,;:].*$", re.I)
@@ -593,6 +599,8 @@ def asked_facet(question: str) -> str | None:
     """The facet ``question`` asks for, by its wording (None: what the papers do in general)."""
     if comparison_sides(question):
         return COMPARISON
+    if dict(FACET_ASKED)[VALIDATION].search(question):
+        return VALIDATION  # "Were the designs validated in the wet lab?": not a scope of words to find
     if scope_asked(question):
         return SCOPE
     if combination_asked(question):
@@ -907,9 +915,7 @@ def decide(analysis: Analysis, read: Sequence[int], rules: CoverageRules | None 
     rules = rules or CoverageRules()
     cov = Coverage(facet=analysis.facet, sides=list(analysis.sides))
     for ev in analysis.evidence:
-        if ev.aspect.kind == NAME and (
-            ev.aspect.text.lower() in GENERIC_NAMES or hedged(ev.aspect.text, analysis.question)
-        ):
+        if ev.aspect.kind == NAME and ignored_name(ev.aspect.text, analysis.question):
             continue
         a = Aspect(ev.aspect.text, ev.aspect.kind, df=ev.aspect.df)
         if a.kind in (NAME, FACET):

@@ -121,7 +121,12 @@ def test_a_question_splits_into_names_and_descriptions_without_boilerplate(
             COMBINATION,
         ),
         ("Which papers apply mixture-of-experts routing to diffusion language models?", COMBINATION),
+        ("Was ABBA evaluated on vision transformers or image diffusion models?", SCOPE),
+        ("Is the STEDF backdoor detector robust to adaptive attackers who know how it works?", SCOPE),
+        ("Among the 21 frontier models evaluated in PREFDISCO, which one handled personalized reasoning best?", BEST),
+        ("Has the pay-what-you-contribute mechanism been tested in a real deployment?", VALIDATION),
         # ... and the same words where they ask for nothing of the kind (dev's answerable questions):
+        ("Can chatbots be trained to get better at changing people's minds, even small, cheap ones?", None),
         ("Which papers apply machine learning to molecular biology or drug discovery?", None),
         ("Which papers study failure modes or security vulnerabilities of text-to-image diffusion models?", None),
         ("Which papers report the best results on GSM8K?", "results"),
@@ -258,6 +263,17 @@ def test_a_name_of_several_words_is_found_as_a_phrase() -> None:
     listed = "What do PepBenchData, PepBenchPipeline and PepBenchLeaderboard each provide?"
     bench = ("PepBenchmark", "PepBenchmark has PepBenchData and a pipeline, PepBenchPipeline, and PepBenchLeaderboard.")
     assert decide(analyse(listed, [bench], None), [1]).uncovered == []
+
+
+def test_a_paper_the_question_names_is_quoted(engine: Engine) -> None:
+    """A comparison of a named paper with a described one (rounds 6-8: 10 of 30 such answers caveated) quoted
+    the described paper alone and said "The abstracts don't mention ABBA", though ABBA's paper was retrieved."""
+    q = (
+        "Compare ABBA with the hybrid zeroth-/first-order fine-tuning approach: how does each try to overcome the "
+        "limits of standard parameter-efficient fine-tuning?"
+    )
+    ans = engine.ask(q, ExtractiveBackend(engine.settings)).run()
+    assert abba_id() in ans.citations and "ABBA" not in ans.uncovered, (ans.citations, ans.uncovered)
 
 
 def test_the_paper_retrieval_ranks_first_is_always_quoted(engine: Engine) -> None:
