@@ -177,6 +177,20 @@ FACET_CUES: dict[str, re.Pattern[str]] = {
         r"\b(?:data ?sets?|benchmarks?|corpus|corpora|suite|collected|trained on|evaluat\w* on|experiments? on|"
         r"tested on|tasks?\b|[A-Z][A-Za-z]*[A-Z0-9][A-Za-z0-9-]*(?:-\d+[A-Za-z]*)?)",
     ),
+    # A winner named ("X outperforms ...", "the best-performing"), not "to the best of our knowledge".
+    BEST: re.compile(
+        r"\b(?:outperform\w*|best[- ]performing|perform(?:s|ed)? (?:the )?best|top[- ](?:performing|ranked)|"
+        r"(?:achiev|obtain|reach|attain)\w* the (?:best|highest|strongest)|ranks? first|strongest|superior to|beats?)\b",
+        re.I,
+    ),
+    # The work built, made or tested outside a computer.
+    VALIDATION: re.compile(
+        r"\b(?:real[- ]world (?:robots?|hardware|experiments?|tests?|trials?|deployment)|(?:real|physical) (?:robots?|hardware)|"
+        r"wet[- ]?lab|in vitro|in vivo|synthesi[sz]ed|fabricated|experimentally (?:validated|verified|confirmed|tested)|"
+        r"(?:validated|verified|confirmed|tested) (?:experimentally|in the lab)|clinical (?:trials?|validation)|"
+        r"deploy(?:ed|ment)s?)\b",
+        re.I,
+    ),
     RESULTS: re.compile(
         _FIGURE.pattern
         + r"|\b(?:outperform\w*|improv\w*|achiev\w*|surpass\w*|state[- ]of[- ]the[- ]art|reduc\w*|faster|"
@@ -251,20 +265,6 @@ _DATA_WORDS = re.compile(
 _OTHERS = re.compile(
     r"\b(?:existing|prior|previous|current|conventional|traditional|standard|earlier|typical|popular|"
     r"state-of-the-art|recent|many|most|these|such)\b|^(?:however|while|although|despite|yet)\b",
-    re.I,
-)
-# A sentence that names a winner ("X outperforms ...", "the best-performing"), not "to the best of our knowledge".
-_WINNER = re.compile(
-    r"\b(?:outperform\w*|best[- ]performing|perform(?:s|ed)? (?:the )?best|top[- ](?:performing|ranked)|"
-    r"(?:achiev|obtain|reach|attain)\w* the (?:best|highest|strongest)|ranks? first|strongest|superior to|beats?)\b",
-    re.I,
-)
-# A sentence that says the work was built, made or tested outside a computer.
-_VALIDATED = re.compile(
-    r"\b(?:real[- ]world (?:robots?|hardware|experiments?|tests?|trials?|deployment)|(?:real|physical) (?:robots?|hardware)|"
-    r"wet[- ]?lab|in vitro|in vivo|synthesi[sz]ed|fabricated|experimentally (?:validated|verified|confirmed|tested)|"
-    r"(?:validated|verified|confirmed|tested) (?:experimentally|in the lab)|clinical (?:trials?|validation)|"
-    r"deploy(?:ed|ment)s?)\b",
     re.I,
 )
 # A paper's own limits, as abstracts state them: "fails", "cannot" and "struggles" there are nearly always said of
@@ -750,10 +750,6 @@ def states_facet(question: str, facet: str | None, names: Sequence[str]) -> Call
             return lambda s: bool(_FIGURE.search(s))
         need = (len(focus) + 1) // 2  # "false-positive rate": not any number beside a "rate"
         return lambda s: bool(_FIGURE.search(s)) and len(focus & set(keyword_tokens(s))) >= need
-    if facet == BEST:
-        return lambda s: bool(_WINNER.search(s))
-    if facet == VALIDATION:
-        return lambda s: bool(_VALIDATED.search(s))
     if facet == LIMITATIONS:
         if _ASKS_OTHERS.search(question):  # "what drawbacks of adapter tuning motivate ...?": others' limits
             return lambda s: bool(FACET_CUES[LIMITATIONS].search(s))
