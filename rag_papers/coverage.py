@@ -880,6 +880,36 @@ def _scope_evidence(analysis: Analysis, sources: Sequence[tuple[str, str]], targ
     return ev
 
 
+# "What regret bound does LAMIR achieve?", "What's the exact formula of Smooth-Leaky?": what a question about a
+# named paper asks for, its head noun phrase.
+_WH_HEAD = re.compile(
+    r"^\s*(?:what(?:'s| is| are| was| were)?|which)\s+(?:the\s+|a\s+|an\s+)?"
+    r"(?:(?:exact|explicit|precise|main|key|specific|concrete)\s+)?(?P<head>(?:[\w-]+\s+){0,2}?[\w-]+?)\s+"
+    r"(?:of|does|do|did|is|are|was|were|has|have|had|for|in|on|at|used|can|could|would|will|that|to)\b",
+    re.I,
+)
+
+
+def _head_evidence(analysis: Analysis, sources: Sequence[tuple[str, str]]) -> _Evidence | None:
+    """What a wh-question about a named paper asks for ("regret bound" of LAMIR), found when the first source
+    with the paper's name has a word of it. None when the question is of another shape, names no paper any
+    source has, or asks for a head of boilerplate only ("what method ...")."""
+    m = _WH_HEAD.match(analysis.question)
+    head = _content(m.group("head")) if m else set()
+    names = [
+        e
+        for e in analysis.evidence
+        if e.aspect.kind == NAME and e.found and not ignored_name(e.aspect.text, analysis.question)
+    ]
+    if not m or not head or not names or m.group("head").lower() in TESTED_FACETS:
+        return None
+    ev = _Evidence(Aspect(m.group("head"), FACET))
+    n = min(names[0].found)
+    if head & set(paper_text(*sources[n - 1]).split()):
+        ev.found[n] = None
+    return ev
+
+
 def facet_evidence(
     analysis: Analysis, sources: Sequence[tuple[str, str]], sents: Sequence[Sequence[str]] | None = None
 ) -> None:
@@ -887,6 +917,9 @@ def facet_evidence(
     analysis.evidence = [e for e in analysis.evidence if e.aspect.kind != FACET]
     if sents is None:
         sents = [sentences(plain_text(a)) for _, a in sources]
+    head = _head_evidence(analysis, sources)
+    if head is not None:
+        analysis.evidence.append(head)
     pair = combination_asked(analysis.question) if analysis.facet == COMBINATION else None
     if pair is not None:
         analysis.evidence.append(_combination_evidence(sources, pair))

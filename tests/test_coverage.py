@@ -250,6 +250,21 @@ def test_two_topics_asked_of_one_paper_are_covered_only_by_a_paper_joining_them(
     assert missing == ["mixture-of-experts routing together with diffusion language models"], missing
 
 
+def test_what_a_question_about_a_named_paper_asks_for_must_be_in_that_paper() -> None:
+    """ "What's the exact formula of Smooth-Leaky?" was answered plainly from Smooth-Leaky's abstract, which gives
+    none: the head of a wh-question about a named paper is now looked for in that paper."""
+    smooth = ("Smooth-Leaky", "Smooth-Leaky activations keep plasticity in continual learning.")
+    other = ("Other", "A closed-form formula for attention.")
+    q = "What's the exact formula of Smooth-Leaky, and does it hurt accuracy?"
+    assert "formula" in [a.text for a in decide(analyse(q, [smooth, other], None), [1, 2]).uncovered]
+    stated = ("Smooth-Leaky", "Smooth-Leaky follows the formula x * sigmoid(x) with a leaky slope.")
+    assert "formula" not in [a.text for a in decide(analyse(q, [stated], None), [1]).uncovered]
+    # No named paper, or a head of boilerplate only: nothing is added.
+    assert all(
+        a.text != "method" for a in decide(analyse("What method does Smooth-Leaky use?", [smooth], None), [1]).aspects
+    )
+
+
 def test_a_name_of_several_words_is_found_as_a_phrase() -> None:
     """ "Why does Decision Transformer struggle to stitch trajectories?" was answered plainly from an abstract that
     says "decision" in one sentence and "Transformer" in another."""
@@ -327,6 +342,7 @@ def test_a_dataset_question_is_not_answered_by_the_papers_own_name_or_a_field_ac
             VALIDATION,
         ),
         ("Why does Decision Transformer struggle to stitch together suboptimal trajectories?", "Decision Transformer"),
+        ("What regret bound does LAMIR achieve?", "regret bound"),
         (
             "Has anyone combined Dirichlet-style mixture-of-experts routing with diffusion language models to cut "
             "inference cost?",
