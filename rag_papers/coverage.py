@@ -282,7 +282,7 @@ _ASKS_OTHERS = re.compile(
 # as", a comma or "and" of a list ("evaluated on GSM8K and MATH"), not as a subject ("While MuZero enables").
 _OBJECT_OF = re.compile(
     r"(?:\b(?:on|across|over|including|includes?|such as|e\.g\.|i\.e\.|like|using|uses?|used|from|with|via|and|or|"
-    r"vs\.?|versus|than|compared to|in|among)|[,(:;/])\s*(?:the\s+|a\s+|an\s+)?(?:[\w-]+\s+)?$",
+    r"vs\.?|versus|than|compared to|in|among|against|outperform\w*|surpass\w*|beat\w*)|[,(:;/])\s*(?:the\s+|a\s+|an\s+)?(?:[\w-]+\s+)?$",
     re.I,
 )
 _NAME_TOKEN = re.compile(r"(?<![\w-])[A-Za-z][\w-]*[A-Za-z0-9](?![\w-])")
@@ -890,6 +890,16 @@ _WH_HEAD = re.compile(
 )
 
 
+# Kinds of thing a question asks to be named ("what baseline", "which pretrained network"): the abstract names
+# one without using the kind's word, so the head test does not apply (names asked for are a facet of their own).
+_NAMED_KINDS = frozenset(
+    w + s
+    for w in ["baseline", "network", "model", "dataset", "benchmark", "method", "algorithm", "architecture"]
+    + ["backbone", "encoder", "tool", "game", "environment", "language", "task"]
+    for s in ("", "s")
+) | {"library", "libraries"}
+
+
 def _head_evidence(analysis: Analysis, sources: Sequence[tuple[str, str]]) -> _Evidence | None:
     """What a wh-question about a named paper asks for ("regret bound" of LAMIR), found when the first source
     with the paper's name has a word of it. None when the question is of another shape, names no paper any
@@ -901,8 +911,10 @@ def _head_evidence(analysis: Analysis, sources: Sequence[tuple[str, str]]) -> _E
         for e in analysis.evidence
         if e.aspect.kind == NAME and e.found and not ignored_name(e.aspect.text, analysis.question)
     ]
-    if not m or not head or not names or m.group("head").lower() in TESTED_FACETS:
+    if not m or not head or not names or m.group("head").lower() in TESTED_FACETS or analysis.facet == NAMED:
         return None
+    if m.group("head").split()[-1].lower() in _NAMED_KINDS:
+        return None  # "which pretrained network does it plug in?": answered by a name, not by the word
     ev = _Evidence(Aspect(m.group("head"), FACET))
     n = min(names[0].found)
     if head & set(paper_text(*sources[n - 1]).split()):

@@ -259,6 +259,13 @@ def test_what_a_question_about_a_named_paper_asks_for_must_be_in_that_paper() ->
     assert "formula" in [a.text for a in decide(analyse(q, [smooth, other], None), [1, 2]).uncovered]
     stated = ("Smooth-Leaky", "Smooth-Leaky follows the formula x * sigmoid(x) with a leaky slope.")
     assert "formula" not in [a.text for a in decide(analyse(q, [stated], None), [1]).uncovered]
+    # A kind of thing asked to be named is answered by the name, not by the kind's word (rounds 1-3's test part).
+    cryo = ("CryoNet.Refine", "CryoNet.Refine outperforms Phenix.real_space_refine on model-map correlation.")
+    for q2 in (
+        "What baseline is CryoNet.Refine compared against?",
+        "Which pretrained network does CryoNet.Refine use?",
+    ):
+        assert decide(analyse(q2, [cryo], None), [1]).uncovered == [], q2
     # No named paper, or a head of boilerplate only: nothing is added.
     assert all(
         a.text != "method" for a in decide(analyse("What method does Smooth-Leaky use?", [smooth], None), [1]).aspects
