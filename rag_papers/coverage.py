@@ -819,7 +819,7 @@ def analyse(
         ev.cos = per_source
         out.evidence.append(ev)
     out.own_terms = own_terms(sources)
-    facet_evidence(out, sources, sents)
+    facet_evidence(out, sources, sents, tokens)
     return out
 
 
@@ -845,19 +845,18 @@ def _content(text: str) -> set[str]:
     return {t for t in keyword_tokens(text) if t not in _boiler_stems()}
 
 
-def _combination_evidence(sources: Sequence[tuple[str, str]], pair: tuple[str, str]) -> _Evidence:
+def _combination_evidence(tokens: Sequence[set[str]], pair: tuple[str, str]) -> _Evidence:
     """Where two topics are joined: a source with two thirds of the specific content words of each (all of them
     would miss a paraphrase; half, a two-word side of which one word is everywhere)."""
     ev = _Evidence(Aspect(f"{pair[0]} together with {pair[1]}", FACET))
     sides = [_content(x) - _FIELD_WORDS for x in pair]
-    for n, (title, abstract) in enumerate(sources, 1):
-        toks = set(paper_text(title, abstract).split())
+    for n, toks in enumerate(tokens, 1):
         if all(len(side & toks) >= len(side) * 2 / 3 for side in sides):
             ev.found[n] = None
     return ev
 
 
-def _scope_evidence(analysis: Analysis, sources: Sequence[tuple[str, str]], target: str) -> _Evidence:
+def _scope_evidence(analysis: Analysis, tokens: Sequence[set[str]], target: str) -> _Evidence:
     """Where a scope question's target is reached: a source that has every content word of one of its "or"
     alternatives, and is the paper asked about (it has the question's names that any source has, and half the
     content words of the subject: "Does [the INR + grid inversion method] carry over to [3D elastic inversion]?").
@@ -869,8 +868,7 @@ def _scope_evidence(analysis: Analysis, sources: Sequence[tuple[str, str]], targ
     subject = _content(re.sub(r"(?i)^\s*\w+\s+", "", analysis.question[:cue_at]))
     subject -= {t for e in analysis.evidence if e.aspect.kind == NAME for t in keyword_tokens(e.aspect.text)}
     names = [e for e in analysis.evidence if e.aspect.kind == NAME and e.found]
-    for n, (title, abstract) in enumerate(sources, 1):
-        toks = set(paper_text(title, abstract).split())
+    for n, toks in enumerate(tokens, 1):
         if any(n not in e.found for e in names):
             continue  # another paper than the one asked about
         if subject and len(subject & toks) < len(subject) / 2:
@@ -900,7 +898,7 @@ _NAMED_KINDS = frozenset(
 ) | {"library", "libraries"}
 
 
-def _head_evidence(analysis: Analysis, sources: Sequence[tuple[str, str]]) -> _Evidence | None:
+def _head_evidence(analysis: Analysis, tokens: Sequence[set[str]]) -> _Evidence | None:
     """What a wh-question about a named paper asks for ("regret bound" of LAMIR), found when the first source
     with the paper's name has a word of it. None when the question is of another shape, names no paper any
     source has, or asks for a head of boilerplate only ("what method ...")."""
@@ -917,28 +915,34 @@ def _head_evidence(analysis: Analysis, sources: Sequence[tuple[str, str]]) -> _E
         return None  # "which pretrained network does it plug in?": answered by a name, not by the word
     ev = _Evidence(Aspect(m.group("head"), FACET))
     n = min(names[0].found)
-    if head & set(paper_text(*sources[n - 1]).split()):
+    if head & tokens[n - 1]:
         ev.found[n] = None
     return ev
 
 
 def facet_evidence(
-    analysis: Analysis, sources: Sequence[tuple[str, str]], sents: Sequence[Sequence[str]] | None = None
+    analysis: Analysis,
+    sources: Sequence[tuple[str, str]],
+    sents: Sequence[Sequence[str]] | None = None,
+    tokens: Sequence[set[str]] | None = None,
 ) -> None:
-    """Add the facet asked for, with the first sentence of each source that states it, to ``analysis``."""
+    """Add the facet asked for, with the first sentence of each source that states it, to ``analysis``.
+    ``sents`` and ``tokens``: each source's sentences and index tokens, as ``analyse`` has them (else made here)."""
     analysis.evidence = [e for e in analysis.evidence if e.aspect.kind != FACET]
     if sents is None:
         sents = [sentences(plain_text(a)) for _, a in sources]
-    head = _head_evidence(analysis, sources)
+    if tokens is None:
+        tokens = [set(paper_text(t, a).split()) for t, a in sources]
+    head = _head_evidence(analysis, tokens)
     if head is not None:
         analysis.evidence.append(head)
     pair = combination_asked(analysis.question) if analysis.facet == COMBINATION else None
     if pair is not None:
-        analysis.evidence.append(_combination_evidence(sources, pair))
+        analysis.evidence.append(_combination_evidence(tokens, pair))
         return
     target = scope_asked(analysis.question) if analysis.facet == SCOPE else None
     if target is not None:
-        analysis.evidence.append(_scope_evidence(analysis, sources, target))
+        analysis.evidence.append(_scope_evidence(analysis, tokens, target))
         return
     if analysis.facet not in TESTED_FACETS:
         return
