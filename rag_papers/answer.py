@@ -378,24 +378,15 @@ def plan_quotes(
     if not used or not cands:
         return QuotePlan([], listing, refused=True)
     top_score = used[0][0].score
-    # A comparison's sides: the first source that has each side's name (Engine.ask retrieved each on its own).
-    side_of = {
-        n: side
-        for side in analysis.sides
-        for ev in analysis.evidence
-        if ev.aspect.kind == NAME and ev.aspect.text == side
-        for n in sorted(ev.found)[:1]
-    }
-    # A paper the question names ("Compare ABBA with the hybrid fine-tuning approach") is quoted, as a compared
-    # side is: the first retrieved source that has the name.
-    for n in named_sources(analysis):
-        side_of.setdefault(n, "")
+    # The papers the question names, a comparison's sides first (Engine.ask retrieved each side on its own): each
+    # is quoted, however close its sentence is.
+    named = named_sources(analysis)
     if every and above_floor is not None:
         floor_ids = set(above_floor)
         close = [n for n, (h, _) in enumerate(used, 1) if n == 1 or h.id in floor_ids]
     else:
         close = [n for n, (h, _) in enumerate(used, 1) if n == 1 or h.score >= rules.paper_ratio * top_score]
-    close = list(dict.fromkeys([*side_of, *close]))
+    close = list(dict.fromkeys([*named, *close]))
     best = max((c.cos for c in cands if c.n in close), default=0.0)
     if best < rules.floor:
         return QuotePlan([], listing, refused=True)
@@ -404,12 +395,12 @@ def plan_quotes(
     lines: list[tuple[int, str]] = []
     quoted: list[int] = []
     for n in close:
-        if not every and n not in side_of and len(quoted) >= rules.papers:
+        if not every and n not in named and len(quoted) >= rules.papers:
             continue
         own = [c for c in cands if c.n == n]
         ranked = sorted(own, key=lambda c: -(c.cos + rules.prior * c.prior))
         stated = [c for c in ranked if states(c.text)]
-        if n in side_of:
+        if n in named:
             take = ranked[:1]  # each compared paper speaks for itself, however close its sentence is
         elif listing:  # one line a paper
             take = [c for c in ranked[:1] if c.cos >= bar]
@@ -471,10 +462,14 @@ def analyse_sources(
 
 def named_sources(analysis: Analysis) -> list[int]:
     """The sources (1-based) quoted because the question names them: for each name it uses (not the field's, not
-    a likeness), the first retrieved source that has it; a comparison's sides first."""
+    a likeness, unless a comparison's side), the first retrieved source that has it; a comparison's sides first."""
     names = [e for e in analysis.evidence if e.aspect.kind == NAME and e.found]
     names.sort(key=lambda e: e.aspect.text not in analysis.sides)
-    picked = [min(e.found) for e in names if not ignored_name(e.aspect.text, analysis.question)]
+    picked = [
+        min(e.found)
+        for e in names
+        if e.aspect.text in analysis.sides or not ignored_name(e.aspect.text, analysis.question)
+    ]
     return list(dict.fromkeys(picked))
 
 
