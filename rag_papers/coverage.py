@@ -514,9 +514,13 @@ def split_question(question: str) -> tuple[list[str], list[str]]:
 # "Does X also work for Y?", "Does the method carry over to Y?", "Does PepBenchmark include Y?": a yes-or-no
 # question whether a paper reaches Y. Answered only by a source that names Y (every content word of one of its
 # "or" alternatives), whatever else it shares with the question. Not "Is there work on ...": that asks for papers.
-_SCOPE_ASKED = re.compile(
+# A yes-or-no question about a paper, not "Is there work on ...?" (that asks for papers).
+_YES_NO = (
     r"^\s*(?:does|do|did|can|could|is|are|was|were|has|have|will|would)\b"
-    r"(?!\s+there\s+(?:any\s+)?(?:work|papers?|research|studies|study)\b)[^?]*?"
+    r"(?!\s+there\s+(?:any\s+)?(?:work|papers?|research|studies|study)\b)"
+)
+_SCOPE_ASKED = re.compile(
+    _YES_NO + r"[^?]*?"
     r"\b(?:also|still|ever|carr(?:y|ies) over|transfers?|extends?|generali[sz]es?|includes?|covers?|"
     r"appl(?:y|ies) to|works? (?:for|on|with)|(?:evaluated|tested|benchmarked|applied|validated) "
     r"(?=on|in|against|with|to)|(?:robust|resistant|vulnerable|sensitive|immune) (?=to|against))\b(?P<rest>[^?]*)",
@@ -529,8 +533,7 @@ _SCOPE_OBJECT = re.compile(r"\b(?:to|for|on|in|of|with|under|when|at|across)\s+(
 # "Can it cope with adversarial delays instead of stochastic ones?": what the paper does comes after the contrast,
 # what is asked before it (after its last preposition).
 _CONTRAST_ASKED = re.compile(
-    r"^\s*(?:does|do|did|can|could|is|are|was|were|has|have|will|would)\b"
-    r"(?!\s+there\s+(?:any\s+)?(?:work|papers?|research|studies|study)\b)(?P<before>[^?]*?)\s+(?:instead of|rather than)\b",
+    _YES_NO + r"(?P<before>[^?]*?)\s+(?:instead of|rather than)\b",
     re.I,
 )
 _LAST_OBJECT = re.compile(r".*\b(?:to|for|on|in|with|under|when|at|across|if)\s+(.+)$", re.I)
