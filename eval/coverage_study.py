@@ -146,7 +146,7 @@ def objective(m: dict[str, dict[str, float]]) -> float:
 QUOTE_GRID: dict[str, list[float]] = {
     "paper_ratio": [0.75, 0.8, 0.85, 0.9],
     "papers": [3, 4],
-    "floor": [0.25, 0.3],
+    "floor": [0.25, 0.27, 0.3],
     "ratio": [0.8, 0.9],
 }
 

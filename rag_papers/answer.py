@@ -262,7 +262,10 @@ class QuoteRules:
 
     paper_ratio: float = 0.8  # a quoted paper's retrieval score is at least this share of the best paper's
     papers: int = 4  # papers quoted at most, except in a "which papers" list (every close one)
-    floor: float = 0.3  # a quoted sentence's cosine to the question reaches this...
+    # A quoted sentence's cosine to the question reaches this... (0.3 on dev alone; 0.27 once the blind rounds 4-11
+    # had been read: a lay question whose first-ranked paper is right can have no sentence at 0.3, "can someone hide
+    # a secret trigger in an AI picture generator?", and no near-miss of those rounds was answered plainly for it.)
+    floor: float = 0.27
     ratio: float = 0.8  # ...and this share of the best sentence's
     prior: float = 0.03  # added to a contribution or result sentence's cosine when ranking, taken off background
     # A "which papers" list: each paper above the retrieval floor whose best sentence reaches this (fitted on dev;

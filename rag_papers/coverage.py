@@ -62,6 +62,7 @@ LIMITATIONS, RESULTS, DATA, METHOD, COMPARISON, HOW, WHY, SETUP, FIGURES, NAMED 
     "the names asked for",
 )
 BEST, VALIDATION = "which performs best", "real-world or wet-lab validation"
+PROOF = "a formal proof"
 SCOPE = "scope"  # "does X also work for Y?": the aspect is Y as written
 COMBINATION = "combination"  # "has anyone combined X with Y?": the aspect is "X together with Y"
 
@@ -110,7 +111,8 @@ FACET_ASKED: list[tuple[str, re.Pattern[str]]] = [
             r"(?:what|much|extra|added|additional|total) (?:[\w-]+ )?time\b|time per|how much (?:compute|memory|GPU)|"
             r"(?:memory|compute) (?:use|usage|footprint|cost|requirements?)|"
             r"how long (?:does|did|do) (?:it|they|\S+) (?:take|train)|run-?times?|running times?|timings?|"
-            r"in (?:milli)?(?:seconds|minutes|hours|days)|(?:seconds|minutes|hours) per)\b",
+            r"in (?:milli)?(?:seconds|minutes|hours|days)|(?:seconds|minutes|hours) per|"
+            r"how many (?:milli)?(?:seconds|minutes|hours|days))\b",
             re.I,
         ),
     ),
@@ -121,7 +123,18 @@ FACET_ASKED: list[tuple[str, re.Pattern[str]]] = [
             r"\b(?:in the real world|real[- ]world (?:tests?|trials?|deployment|experiments?|robots?|hardware)|"
             r"(?:real|physical) (?:robots?|hardware)|wet[- ]?lab|in vitro|in vivo|synthesi[sz]ed|fabricated|"
             r"(?:validated|verified|confirmed|tested) experimentally|experimentally (?:validated|verified|confirmed|tested)|"
-            r"clinical (?:trials?|validation)|(?:real|actual) deployments?|deployed in (?:practice|production))\b",
+            r"clinical (?:trials?|validation)|(?:real|actual) deployments?|deployed in (?:practice|production)|piloted|"
+            r"(?:with|by|in|at) real (?:[\w-]+ )?(?:hospitals?|organi[sz]ations?|companies|users|patients|clinics?))\b",
+            re.I,
+        ),
+    ),
+    # A proof asked for in so many words ("Is there a formal proof that Smooth-Leaky prevents plasticity loss?"):
+    # an empirical paper shows, it does not prove.
+    (
+        PROOF,
+        re.compile(
+            r"\b(?:(?:formal|rigorous|mathematical) (?:proofs?|guarantees?)|"
+            r"(?:formally|rigorously|mathematically) (?:prove[sdn]?|proven|shown|guaranteed))\b",
             re.I,
         ),
     ),
@@ -190,6 +203,9 @@ FACET_CUES: dict[str, re.Pattern[str]] = {
         r"(?:validated|verified|confirmed|tested) (?:experimentally|in the lab)|clinical (?:trials?|validation)|"
         r"deploy(?:ed|ment)s?)\b",
         re.I,
+    ),
+    PROOF: re.compile(
+        r"\b(?:prove[sdn]?|proofs?|theorems?|provabl[ey]|guarantees?|guaranteed|theoretical(?:ly)?|lemmas?)\b", re.I
     ),
     RESULTS: re.compile(
         _FIGURE.pattern
@@ -601,9 +617,12 @@ def asks_for_papers(question: str) -> bool:
 def asked_facet(question: str) -> str | None:
     """The facet ``question`` asks for, by its wording (None: what the papers do in general)."""
     if comparison_sides(question):
-        return COMPARISON
+        # "How many minutes does CryoNet.Refine take compared with Phenix?" asks for a run's cost, on both sides
+        return SETUP if dict(FACET_ASKED)[SETUP].search(question) else COMPARISON
     if dict(FACET_ASKED)[VALIDATION].search(question):
         return VALIDATION  # "Were the designs validated in the wet lab?": not a scope of words to find
+    if dict(FACET_ASKED)[PROOF].search(question):
+        return PROOF
     if scope_asked(question):
         return SCOPE
     if combination_asked(question):
@@ -827,7 +846,7 @@ def analyse(
 
 
 # The facets a sentence can be tested for (``states_facet``); how, why and a comparison are judged otherwise.
-TESTED_FACETS = frozenset([LIMITATIONS, SETUP, VALIDATION, NAMED, BEST, DATA, FIGURES, RESULTS])
+TESTED_FACETS = frozenset([LIMITATIONS, SETUP, VALIDATION, PROOF, NAMED, BEST, DATA, FIGURES, RESULTS])
 _DEFINED = re.compile(r"\(([A-Za-z][\w-]*[A-Za-z0-9])\)")
 
 
@@ -923,6 +942,23 @@ def _head_evidence(analysis: Analysis, tokens: Sequence[set[str]]) -> _Evidence 
     return ev
 
 
+def _asked_about(analysis: Analysis) -> set[int] | None:
+    """The sources a facet question about a named paper asks about: those with every name of the question that
+    any source has (not the field's, not a likeness). None (any source may state it) when it names none, or no
+    source has them all, or it compares papers (a named one with a described one too) or asks for a list of them."""
+    if analysis.sides or _COMPARE.search(analysis.question) or asks_for_papers(analysis.question):
+        return None
+    names = [
+        e
+        for e in analysis.evidence
+        if e.aspect.kind == NAME and e.found and not ignored_name(e.aspect.text, analysis.question)
+    ]
+    if not names:
+        return None
+    both = set.intersection(*(set(e.found) for e in names))
+    return both or None
+
+
 def facet_evidence(
     analysis: Analysis,
     sources: Sequence[tuple[str, str]],
@@ -951,7 +987,10 @@ def facet_evidence(
         return
     ev = _Evidence(Aspect(str(analysis.facet), FACET))
     states = analysis.facet_test()
+    asked_about = _asked_about(analysis)
     for n, ss in enumerate(sents, 1):
+        if asked_about is not None and n not in asked_about:
+            continue  # "How many GPU hours does ABBA need?" is not answered by another paper's hours
         hit = next((x for x in ss if states(x)), None)
         if hit is not None:
             ev.found[n] = hit

@@ -25,6 +25,7 @@ from rag_papers.coverage import (
     FIGURES,
     HOW,
     NAMED,
+    PROOF,
     SCOPE,
     SETUP,
     VALIDATION,
@@ -98,6 +99,11 @@ def test_a_question_splits_into_names_and_descriptions_without_boilerplate(
         ("How many GPUs did the ABBA experiments need?", SETUP),
         ("what learning rate and batch size does BAM train with?", SETUP),
         ("how much memory does FlashLLA use at inference?", SETUP),
+        # A run's cost compared between two papers is still a run's cost: both sides' abstracts must state it.
+        ("How much GPU memory does ABBA need during training compared with LoRA?", SETUP),
+        ("how many minutes per structure does CryoNet.Refine need versus Phenix?", SETUP),
+        ("Is there a formal proof that Smooth-Leaky activations prevent plasticity loss?", PROOF),
+        ("Has the federated payment mechanism been piloted with real hospitals?", VALIDATION),
         ("how much faster is ES-dLLM?", "results"),
         # What an abstract seldom states, asked as such (rounds 4 and 5's absent facets, read after scoring):
         ("which imperfect information games was LAMIR tested on?", NAMED),
@@ -148,6 +154,9 @@ def test_the_facet_a_question_asks_for(question: str, facet: str | None) -> None
 @pytest.mark.parametrize(
     ("question", "sentence", "states"),
     [
+        # A proof asked for: a sentence that proves or guarantees, not one that shows by experiment.
+        ("Is there a formal proof that X prevents Y?", "We prove that X converges at a linear rate.", True),
+        ("Is there a formal proof that X prevents Y?", "We show that activation choice is a primary lever.", False),
         # Limits: the paper's own, not the problem's or earlier work's.
         ("What are the limitations of X?", "Our analysis is limited to linear models.", True),
         ("What are the limitations of X?", "Directly feeding raw parameters into networks fails to address it.", False),
@@ -311,6 +320,15 @@ def test_the_paper_retrieval_ranks_first_is_always_quoted(engine: Engine) -> Non
     assert not ans.refused and ans.citations[:1] == [co3], ans.citations
 
 
+def test_a_lay_question_whose_first_paper_is_right_is_answered(engine: Engine) -> None:
+    """Rounds 5, 9, 10 and 11 each asked this in lay words and each was refused: STEDiff ranked first, well above
+    the retrieval floor, but its best sentence's cosine (0.298) was under the quoting floor of 0.3."""
+    q = "Can someone hide a secret trigger inside an AI picture generator, and how can it be caught?"
+    ans = engine.ask(q, ExtractiveBackend(engine.settings)).run()
+    stediff = seed_id("leveraging spatio-temporal features")
+    assert not ans.refused and ans.citations[:1] == [stediff], (ans.refused, ans.citations)
+
+
 def test_names_no_abstract_contains_are_said_first(engine: Engine) -> None:
     ans = engine.ask("what does DoRA report on GLUE?", ExtractiveBackend(engine.settings)).run()
     assert ans.uncovered[:2] == ["DoRA", "GLUE"] or ans.refused
@@ -359,6 +377,11 @@ def test_a_dataset_question_is_not_answered_by_the_papers_own_name_or_a_field_ac
             "Does AtteNT also speed up training of convolutional networks or graph neural networks?",
             "convolutional networks or graph neural networks",
         ),
+        # Training details of the paper asked about, not of another quoted paper that mentions GPUs.
+        ("How many GPU hours did it take to train the models used to test the Bayesian Attention Mechanism?", SETUP),
+        ("How much GPU memory does ABBA need during training compared with LoRA?", SETUP),
+        ("Is there a formal proof that Smooth-Leaky activations prevent plasticity loss?", PROOF),
+        ("Has the pay-what-you-contribute federated learning mechanism been tried with real hospitals?", VALIDATION),
     ],
 )
 def test_an_absent_facet_of_a_paper_the_index_holds_is_said_missing(
@@ -366,7 +389,9 @@ def test_an_absent_facet_of_a_paper_the_index_holds_is_said_missing(
 ) -> None:
     """Round 4 and 5's near-misses of this kind were answered plainly (4 of 22 flagged in round 5): the games were
     "stated" by "While MuZero enables ...", the threshold by the "1" of "o1-like", the limitations by a sentence on
-    what earlier methods fail to do, and the scope by words spread over two papers."""
+    what earlier methods fail to do, and the scope by words spread over two papers. Rounds 8 to 11 (read): the GPU
+    hours of BAM were "stated" by another quoted paper's GPUs, a run's cost compared with another paper's was read
+    as a plain comparison, and a formal proof or a trial with real hospitals had no facet."""
     ans = engine.ask(question, ExtractiveBackend(engine.settings)).run()
     assert not ans.refused and missing in ans.uncovered, ans.uncovered
     assert ans.answer.startswith(f"The abstracts don't mention {missing}")

@@ -101,7 +101,7 @@ def test_the_committed_split_is_the_seeded_one_and_the_set_is_large_enough() -> 
     round 5 had been scored and read, round 7 (q1110-q1267) after round 6 had been scored and read, round 8 (q1268-q1425) after round 7, round 9 (q1426-q1583) after round 8, round 10 (q1584-q1741) after round 9, round 11 (q1742-q1899) after round 10, and round 12 (q1900-q2057) after round 11."""
     rows = [json.loads(line) for line in QA.read_text().splitlines() if line.strip()]
     rounds = [_round(r) for r in rows]
-    assert rounds == sorted(rounds) and set(rounds) == {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}  # appended round by round
+    assert rounds == sorted(rounds) and set(rounds) == set(range(1, 13))  # appended round by round
     assert all(r["split"] == "dev" for r in rows if _round(r) == 1) and rounds.count(1) == 156
     for n in (2, 3):
         upto = [r for r in rows if _round(r) <= n]
