@@ -183,7 +183,8 @@ FACET_CUES: dict[str, re.Pattern[str]] = {
     LIMITATIONS: re.compile(
         r"\b(?:limitations?|limited to|fails?\b|failure|cannot|can't|does not (?:scale|generali[sz]e|apply)|"
         r"struggles?|drawbacks?|weakness|only (?:applies|works|holds)|restricted to|at the (?:cost|expense) of|"
-        r"trade-?offs?|future work|remains? (?:challenging|difficult|open)|leave[s]? .{0,40} (?:open|future))",
+        r"trade-?offs?|future work|remains? (?:challenging|difficult|open)|leave[s]? .{0,40} (?:open|future)|"
+        r"the (?:main )?(?:issue|problem|downside|catch) (?:with|is)|detrimental|downsides?)",
         re.I,
     ),
     DATA: re.compile(
@@ -226,6 +227,14 @@ SETUP_PARTS: list[tuple[re.Pattern[str], re.Pattern[str]]] = [
             re.I,
         ),
         re.compile(r"\b(?:GPUs?|TPUs?|[AHV]100s?|GPU[- ]hours?|hours?|days|wall[- ]clock|hardware)\b", re.I),
+    ),
+    (  # training time cut by the method: a relative figure answers it ("training time reductions of 13.01%")
+        re.compile(
+            r"\b(?:cut\w*|reduc\w*|shorten\w*|less|lower\w*|sav\w*|speed\w*|faster)\b(?:\W+\w+){0,6}?\W+training time|"
+            r"\btraining time\b(?:\W+\w+){0,3}?\W+(?:reduc\w*|cut|sav\w*|drop\w*)",
+            re.I,
+        ),
+        re.compile(r"\btraining (?:time|cost)s?\b[^.]*\d|\d[^.]*\btraining (?:time|cost)s?\b", re.I),
     ),
     (  # hyperparameters
         re.compile(r"\b(?:learning[- ]rates?|batch[- ]sizes?|hyper-?parameters?|epochs?|schedules?)\b", re.I),
@@ -288,7 +297,8 @@ _OTHERS = re.compile(
 _OWN_LIMITS = re.compile(
     r"\b(?:limitations?|limited to|does not (?:scale|generali[sz]e|apply)|drawbacks?|weakness|"
     r"only (?:applies|works|holds)|restricted to|at the (?:cost|expense) of|trade-?offs?|future work|"
-    r"remains? (?:challenging|difficult|open)|leave[s]? .{0,40} (?:open|future))",
+    r"remains? (?:challenging|difficult|open)|leave[s]? .{0,40} (?:open|future)|"
+    r"the (?:main )?(?:issue|problem|downside|catch) (?:with|is)|detrimental|downsides?)",
     re.I,
 )
 _ASKS_OTHERS = re.compile(
@@ -610,6 +620,11 @@ _LISTING_STARTS = [
 _LISTING = re.compile(r"^\W*(?:" + "|".join(_LISTING_STARTS) + ")", re.IGNORECASE)
 
 
+_DATA_DESCRIBED = re.compile(
+    r"\bdata\s+(?:that\s+|which\s+)?(?:lying|lies|lie|drawn|sampled|distributed|supported|concentrated|living)\b", re.I
+)
+
+
 def asks_for_papers(question: str) -> bool:
     return bool(_LISTING.match(question))
 
@@ -632,6 +647,8 @@ def asked_facet(question: str) -> str | None:
         # (as before, data and results are still read as asked: "which papers evaluate on GSM8K?").
         return next((f for f, p in FACET_ASKED if f in (DATA, RESULTS) and p.search(question)), None)
     for facet, pattern in FACET_ASKED:
+        if facet == DATA and _DATA_DESCRIBED.search(question):
+            continue  # "trained on data lying on a line": the setting studied, not which dataset
         if pattern.search(question):
             return facet
     first = question.strip().lower().split(" ", 1)[0] if question.strip() else ""
@@ -787,6 +804,40 @@ def _flat(text: str) -> str:
     return " " + " ".join(re.sub(r"[-_/–]", " ", text).split()) + " "
 
 
+# A figure the question names ("16x", "21%"), and the words that say it is remembered roughly ("up to roughly 16x").
+_FIGURE_NAME = re.compile(r"~?(\d+(?:\.\d+)?)\s?(?:%|x|×|-?fold)?", re.I)
+_ROUGHLY = re.compile(
+    r"(?:~|≈|\b(?:roughly|about|around|approximately|nearly|almost|some|circa|over|up to))\W*$"
+    r"|\b(?:remember|recall|i think|if i'm not mistaken|or so)\b",
+    re.I,
+)
+ROUGH_FIGURE = 0.1  # a figure remembered roughly matches one this close, relative to it (16x: 16.8x; 21%: 20.58%)
+
+
+def _has_figure(abstract: str, figure: re.Match[str], name: str, question: str | None) -> bool:
+    """Whether ``abstract`` gives the figure ``name``: the same number (its whole part: "13%" is "13.01%"), or, when
+    the question remembers it roughly ("~15x", "about 21%", "if I remember"), one within ``ROUGH_FIGURE`` of it."""
+    value = float(figure.group(1))
+    before = question[: question.find(name)] if question and name in question else ""
+    rough = name.startswith("~") or bool(_ROUGHLY.search(before[-30:])) or bool(question and _ROUGHLY.search(question))
+    for m in re.finditer(r"(?<![\w.])\d+(?:\.\d+)?", plain_text(abstract)):
+        v = float(m.group())
+        if int(v) == int(value) and (v == value or value == int(value)):
+            return True
+        if rough and abs(v - value) <= ROUGH_FIGURE * value:
+            return True
+    return False
+
+
+def _defines_kind_of(abstract: str, acronym: str) -> bool:
+    """Whether ``abstract`` defines an abbreviation that ends with ``acronym`` and is longer: "(TGNN)" for GNN,
+    "(MLLMs)" for LLM. Not one that starts with it: "(TGNN)" is no TGN."""
+    return any(
+        d.rstrip("s").upper().endswith(acronym) and len(d.rstrip("s")) > len(acronym)
+        for d in _DEFINED.findall(abstract)
+    )
+
+
 def name_found(
     name: str, sources: Sequence[tuple[str, str]], tokens: Sequence[set[str]], question: str | None = None
 ) -> list[int]:
@@ -795,6 +846,13 @@ def name_found(
     and the last word may take a plural s."""
     stems = keyword_tokens(name)
     has = [n for n, toks in enumerate(tokens, 1) if all(t in toks for t in stems)]
+    figure = _FIGURE_NAME.fullmatch(name)
+    if figure:
+        return [n for n, (_, a) in enumerate(sources, 1) if n in has or _has_figure(a, figure, name, question)]
+    acronym = re.fullmatch(r"([A-Z]{2,6})s?", name)
+    if acronym:  # "GNNs" of an abstract that defines "(TGNN)": a kind of GNN, named by its own abbreviation
+        kinds = [n for n, (_, a) in enumerate(sources, 1) if _defines_kind_of(a, acronym.group(1))]
+        return sorted({*has, *kinds})
     words = _flat(name).split()
     # Only a name of capitalised words, as the question writes it: a run of names it lists ("PepBenchData,
     # PepBenchPipeline"), a name with its qualifier ("ABBA's Hadamard-product") or a compound spelt many ways
