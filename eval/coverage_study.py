@@ -66,7 +66,7 @@ def collect(engine: Engine, questions: list[Question]) -> list[Row]:
     for i, q in enumerate(questions, 1):
         stream = engine.ask(q.question, backend)
         result = stream.result
-        used = _sources(result, stream.source_limit(), s.source_min_ratio) if result.relevant else []
+        used = _sources(result, stream.source_limit(), s.source_min_ratio, q.question) if result.relevant else []
         analysis, cands = (
             prepare_quotes(q.question, used, engine.index.embedder, engine.index.name_df, 0.0, result.above_floor)
             if used

@@ -29,7 +29,10 @@ from rag_papers.coverage import (
     asks_for_papers,
     decide,
     ignored_name,
+    name_found,
+    split_question,
 )
+from rag_papers.keyword import paper_text
 from rag_papers.llm import Backend, Message, estimate_tokens
 from rag_papers.retrieve import Hit, SearchResult
 
@@ -195,18 +198,40 @@ def _source_block(template: str, n: int, paper: Paper, abstract: str) -> str:
     return f"{SOURCE_OPEN.format(n=n)}\n{body.strip()}\n{SOURCE_CLOSE}"
 
 
-def _sources(result: SearchResult, limit: int, min_ratio: float = 0.0) -> list[tuple[Hit, Paper]]:
+def _sources(result: SearchResult, limit: int, min_ratio: float = 0.0, question: str = "") -> list[tuple[Hit, Paper]]:
     """The first ``limit`` (``context_papers``) retrieved papers worth showing the model.
 
     The search already stopped at ``top_k``, so at most min(top_k, context_papers) come back; weak
-    matches far below the best are left out, as they only invite bad citations.
+    matches far below the best are left out, as they only invite bad citations, unless ``question`` names
+    them ("... the same kind of thing as K-Flow?": K-Flow's paper, ranked second, is what it asks about).
     """
     top = result.results[0].score if result.results else 0.0
+    named = named_papers(question, result) if question else set()
     return [
         (h, result.papers[h.id])
         for h in result.results[:limit]
-        if h.id in result.papers and (h is result.results[0] or h.score >= min_ratio * top)
+        if h.id in result.papers and (h is result.results[0] or h.score >= min_ratio * top or h.id in named)
     ]
+
+
+NAMED_AT_MOST = 2  # a name more retrieved papers have ("Transformer") names none of them in particular
+
+
+def named_papers(question: str, result: SearchResult) -> set[str]:
+    """The retrieved papers that have a name the question uses (not the field's, not a likeness), for a name
+    that at most ``NAMED_AT_MOST`` of them have."""
+    names = [n for n in split_question(question)[0] if not ignored_name(n, question)]
+    hits = [h for h in result.results if h.id in result.papers]
+    if not names or not hits:
+        return set()
+    srcs = [(result.papers[h.id].title, result.papers[h.id].abstract) for h in hits]
+    toks = [set(paper_text(t, a).split()) for t, a in srcs]
+    out: set[str] = set()
+    for name in names:
+        found = name_found(name, srcs, toks, question)
+        if 0 < len(found) <= NAMED_AT_MOST:
+            out.update(hits[n - 1].id for n in found)
+    return out
 
 
 def build_messages(
@@ -223,7 +248,7 @@ def build_messages(
     budget = context_window - max_tokens - estimate_tokens(system + user_t + question) - 64
     blocks: list[str] = []
     used: list[tuple[Hit, Paper]] = []
-    for hit, paper in _sources(result, settings.context_papers, settings.source_min_ratio):
+    for hit, paper in _sources(result, settings.context_papers, settings.source_min_ratio, question):
         block = _source_block(source_t, len(used) + 1, paper, paper.abstract)
         cost = estimate_tokens(block)
         if cost > budget:
@@ -698,7 +723,7 @@ class AnswerStream:
         coverage: Coverage | None = None
         chunks: Iterator[str]
         if self.backend.extractive:  # no LLM: quote the papers the prompt would have held
-            used = _sources(self.result, self.source_limit(), s.source_min_ratio)
+            used = _sources(self.result, self.source_limit(), s.source_min_ratio, self.question)
             if self.embedder is None:  # quoting ranks sentences by meaning: Engine always passes the index's model
                 raise RagPapersError("extractive answers need the index's embedding model")
             plan, chunks = extractive(

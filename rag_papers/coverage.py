@@ -63,6 +63,7 @@ LIMITATIONS, RESULTS, DATA, METHOD, COMPARISON, HOW, WHY, SETUP, FIGURES, NAMED 
 )
 BEST, VALIDATION = "which performs best", "real-world or wet-lab validation"
 PROOF = "a formal proof"
+CODE = "a code release"
 SCOPE = "scope"  # "does X also work for Y?": the aspect is Y as written
 COMBINATION = "combination"  # "has anyone combined X with Y?": the aspect is "X together with Y"
 
@@ -106,7 +107,8 @@ FACET_ASKED: list[tuple[str, re.Pattern[str]]] = [
         re.compile(
             r"\b(?:GPUs?|TPUs?|GPU[- ]hours?|hardware|learning[- ]rate|batch[- ]sizes?|hyper-?parameters?|epochs?|"
             r"model sizes?|how many parameters|(?:what|which) (?:[\w-]+ )?parameter counts?|"
-            r"how many (?:training )?tokens(?! per)|training tokens|(?:what|which|training) context length|"
+            r"how many (?:training )?tokens(?! per)|training tokens|(?:what|which|(?<!beyond the )(?<!past the )training) "
+            r"context length|"
             r"training (?:time|cost|budget)|GPU budget|wall[- ]clock|(?:inference |sampling )?latency|"
             r"(?:what|much|extra|added|additional|total) (?:[\w-]+ )?time\b|time per|how much (?:compute|memory|GPU)|"
             r"(?:memory|compute) (?:use|usage|footprint|cost|requirements?)|"
@@ -124,7 +126,8 @@ FACET_ASKED: list[tuple[str, re.Pattern[str]]] = [
             r"(?:real|physical) (?:robots?|hardware)|wet[- ]?lab|in vitro|in vivo|synthesi[sz]ed|fabricated|"
             r"(?:validated|verified|confirmed|tested) experimentally|experimentally (?:validated|verified|confirmed|tested)|"
             r"clinical (?:trials?|validation)|(?:real|actual) deployments?|deployed in (?:practice|production)|piloted|"
-            r"(?:with|by|in|at) real (?:[\w-]+ )?(?:hospitals?|organi[sz]ations?|companies|users|patients|clinics?))\b",
+            r"(?:with|by|in|at) real (?:[\w-]+ )?(?:hospitals?|organi[sz]ations?|companies|users|patients|clinics?)|"
+            r"user stud(?:y|ies)|human (?:evaluation|study|studies|raters))\b",
             re.I,
         ),
     ),
@@ -135,6 +138,15 @@ FACET_ASKED: list[tuple[str, re.Pattern[str]]] = [
         re.compile(
             r"\b(?:(?:formal|rigorous|mathematical) (?:proofs?|guarantees?)|"
             r"(?:formally|rigorously|mathematically) (?:prove[sdn]?|proven|shown|guaranteed))\b",
+            re.I,
+        ),
+    ),
+    # Code asked for: most abstracts give no link, and a quoted sentence about the method does not release it.
+    (
+        CODE,
+        re.compile(
+            r"\b(?:code\b[^?.]{0,80}?\b(?:released|available|public|shared|open[- ]sourced?)|open[- ]sourced?|"
+            r"release[sd]? (?:the |their |its )?(?:source )?code|github|repositor(?:y|ies))\b",
             re.I,
         ),
     ),
@@ -202,7 +214,12 @@ FACET_CUES: dict[str, re.Pattern[str]] = {
         r"\b(?:real[- ]world (?:robots?|hardware|experiments?|tests?|trials?|deployment)|(?:real|physical) (?:robots?|hardware)|"
         r"wet[- ]?lab|in vitro|in vivo|synthesi[sz]ed|fabricated|experimentally (?:validated|verified|confirmed|tested)|"
         r"(?:validated|verified|confirmed|tested) (?:experimentally|in the lab)|clinical (?:trials?|validation)|"
-        r"deploy(?:ed|ment)s?)\b",
+        r"deploy(?:ed|ment)s?|user stud(?:y|ies)|human (?:evaluation|study|studies|raters)|participants)\b",
+        re.I,
+    ),
+    CODE: re.compile(
+        r"(?:github|gitlab|huggingface)\.|https?://|\b(?:code|implementation|models?|data) (?:and \w+ )?(?:is|are|will be) "
+        r"(?:publicly |openly |made )?(?:available|released|public)|\bopen[- ]sourced?\b|\bwe release\b",
         re.I,
     ),
     PROOF: re.compile(
@@ -570,7 +587,8 @@ _LAST_OBJECT = re.compile(r".*\b(?:to|for|on|in|with|under|when|at|across|if)\s+
 _COMBINATION_ASKED = re.compile(
     r"^\s*(?:has anyone|have (?:people|researchers)|is there|are there|does any|do any|any work|which papers?|"
     r"what (?:papers?|work))\b[^?]*?\b(?:combin\w*|pair\w*|merg\w*|integrat\w*|appl(?:y|ies|ied|ying)|brings?|"
-    r"brought|bringing)\s+(?P<x>[^?]{3,80}?)\s+(?:with|to|into)\s+(?P<y>[^?]+?)"
+    r"brought|bringing|plug(?:s|ged|ging)?|insert\w*|incorporat\w*)\s+(?P<x>[^?]{3,80}?)\s+(?:with|to|into|inside)\s+"
+    r"(?P<y>[^?]+?)"
     r"(?:\s+(?:to|so|in order to|for|that)\s+[^?]*)?\s*\??\s*$",
     re.I,
 )
@@ -854,13 +872,34 @@ def name_found(
         kinds = [n for n, (_, a) in enumerate(sources, 1) if _defines_kind_of(a, acronym.group(1))]
         return sorted({*has, *kinds})
     words = _flat(name).split()
+    # A one-letter part the index does not keep ("K" of "K-Flow") must be there too: the name is then a phrase,
+    # else every abstract with a "flow" has K-Flow.
+    dropped = " " not in name.strip() and any(len(w) == 1 and w.isalpha() for w in words) and len(words) > 1
     # Only a name of capitalised words, as the question writes it: a run of names it lists ("PepBenchData,
     # PepBenchPipeline"), a name with its qualifier ("ABBA's Hadamard-product") or a compound spelt many ways
     # ("LLM-as-judge") is no phrase.
-    if not re.fullmatch(r"[A-Z][a-z]+(?: [A-Z][a-z]+)+", name) or (question is not None and name not in question):
+    capitalised = re.fullmatch(r"[A-Z][a-z]+(?: [A-Z][a-z]+)+", name) and (question is None or name in question)
+    if not dropped and not capitalised:
         return has
-    phrase = re.compile(re.escape(" ".join(words)) + r"(?:s|es)?\W")
+    phrase = re.compile(r"(?<!\w)" + re.escape(" ".join(words)) + r"(?:s|es)?\W")
     return [n for n in has if phrase.search(_flat(" ".join(sources[n - 1])))]
+
+
+def _word_df(word: str, names_df: Callable[[str], int]) -> int:
+    """``names_df`` of a word of a description, spelt as the abstracts may spell it: "parameterised" as
+    "parameterized", "timesteps" as "time steps" (two words of English, each of three letters or more)."""
+    df = names_df(word)
+    if df:
+        return df
+    american = re.sub(r"is(e|es|ed|ing|ation|ations)$", r"iz\1", word, flags=re.I)
+    if american != word and (df := names_df(american)):
+        return df
+    for i in range(3, len(word) - 2):
+        a, b = word[:i], word[i:]
+        za, zb = zipfs(a), zipfs(b)
+        if a.isalpha() and b.isalpha() and za and zb and min(za + zb) >= 3 and (df := names_df(f"{a} {b}")):
+            return df
+    return 0
 
 
 def analyse(
@@ -893,7 +932,7 @@ def analyse(
     for (phrase, stems), per_source in zip(phrase_stems, sims):
         # df: the most papers any one of its words is in (0: no indexed abstract has any; None: unknown).
         words = [w for w in re.findall(r"[^\W_][\w-]*", phrase) if set(keyword_tokens(w)) - _boiler_stems()]
-        df = max((names_df(w) for w in words), default=None) if names_df is not None else None
+        df = max((_word_df(w, names_df) for w in words), default=None) if names_df is not None else None
         ev = _Evidence(Aspect(phrase, DESCRIPTION, df=df))
         ev.share = {n: sum(t in toks for t in stems) / len(stems) for n, toks in enumerate(tokens, 1)}
         ev.cos = per_source
@@ -904,7 +943,7 @@ def analyse(
 
 
 # The facets a sentence can be tested for (``states_facet``); how, why and a comparison are judged otherwise.
-TESTED_FACETS = frozenset([LIMITATIONS, SETUP, VALIDATION, PROOF, NAMED, BEST, DATA, FIGURES, RESULTS])
+TESTED_FACETS = frozenset([LIMITATIONS, SETUP, VALIDATION, PROOF, CODE, NAMED, BEST, DATA, FIGURES, RESULTS])
 _DEFINED = re.compile(r"\(([A-Za-z][\w-]*[A-Za-z0-9])\)")
 
 
@@ -990,6 +1029,8 @@ def _head_evidence(analysis: Analysis, tokens: Sequence[set[str]]) -> _Evidence 
         if e.aspect.kind == NAME and e.found and not ignored_name(e.aspect.text, analysis.question)
     ]
     if not m or not head or not names or m.group("head").lower() in TESTED_FACETS or analysis.facet == NAMED:
+        return None
+    if asks_for_papers(analysis.question):  # "Which papers focus on ...": a topic of papers, not a head to find
         return None
     if m.group("head").split()[-1].lower() in _NAMED_KINDS:
         return None  # "which pretrained network does it plug in?": answered by a name, not by the word

@@ -20,6 +20,7 @@ from rag_papers.chat import ChatSession, Engine, usable_rewrite
 from rag_papers.config import Settings
 from rag_papers.coverage import (
     BEST,
+    CODE,
     COMBINATION,
     DATA,
     FIGURES,
@@ -157,6 +158,9 @@ def test_the_facet_a_question_asks_for(question: str, facet: str | None) -> None
 @pytest.mark.parametrize(
     ("question", "sentence", "states"),
     [
+        # Code asked for: a link or a release, not a sentence about the method's kernel.
+        ("Is the code released?", "Our code is available at https://github.com/x/y.", True),
+        ("Is the code released?", "We provide a hardware-efficient FlashLLA kernel.", False),
         # A proof asked for: a sentence that proves or guarantees, not one that shows by experiment.
         ("Is there a formal proof that X prevents Y?", "We prove that X converges at a linear rate.", True),
         ("Is there a formal proof that X prevents Y?", "We show that activation choice is a primary lever.", False),
@@ -335,6 +339,17 @@ def test_the_paper_retrieval_ranks_first_is_always_quoted(engine: Engine) -> Non
     assert not ans.refused and ans.citations[:1] == [co3], ans.citations
 
 
+def test_a_paper_the_question_names_is_read_however_far_below_the_best(engine: Engine) -> None:
+    """Read round 12: K-Flow's paper ranked second but under ``source_min_ratio`` of the first, so it was not among
+    the sources, and the answer said "The abstracts don't mention K-Flow"."""
+    q = (
+        "Is the score-smoothing study of diffusion models doing the same kind of thing as K-Flow, or is one proposing "
+        "a new generator while the other explains an existing one?"
+    )
+    ans = engine.ask(q, ExtractiveBackend(engine.settings)).run()
+    assert seed_id("we propose K-Flow") in ans.citations and "K-Flow" not in ans.uncovered, ans.uncovered
+
+
 def test_a_lay_question_whose_first_paper_is_right_is_answered(engine: Engine) -> None:
     """Rounds 5, 9, 10 and 11 each asked this in lay words and each was refused: STEDiff ranked first, well above
     the retrieval floor, but its best sentence's cosine (0.298) was under the quoting floor of 0.3."""
@@ -397,6 +412,13 @@ def test_a_dataset_question_is_not_answered_by_the_papers_own_name_or_a_field_ac
         ("How much GPU memory does ABBA need during training compared with LoRA?", SETUP),
         ("Is there a formal proof that Smooth-Leaky activations prevent plasticity loss?", PROOF),
         ("Has the pay-what-you-contribute federated learning mechanism been tried with real hospitals?", VALIDATION),
+        # Read round 12: code asked for, a user study, "plugs X into Y".
+        ("Is the code for the FlashLLA kernel from the Local Linear Attention paper publicly released?", CODE),
+        ("Did the CreatiDesign authors run a user study with professional graphic designers?", VALIDATION),
+        (
+            "Is there work that plugs Dirichlet-based mixture-of-experts routing into diffusion language models?",
+            "Dirichlet-based mixture-of-experts routing together with diffusion language models",
+        ),
     ],
 )
 def test_an_absent_facet_of_a_paper_the_index_holds_is_said_missing(
@@ -465,6 +487,15 @@ def test_a_paraphrased_description_is_never_said_missing_when_its_words_are_inde
         "the paper that extends influence maximization with time decay to explain temporal GNNs",
         "the xLSTM + sliding-window attention hybrid paper... what was the downside of using really short windows?",
         "the paper that studies diffusion models trained on data lying uniformly on a one-dimensional subspace",
+        # Read round 12: a head asked of a list of papers ("papers focus"), "timesteps" of an abstract that writes
+        # "time steps", a British spelling, and a context length asked as a result, not a training setting.
+        "Which papers focus on activation functions, such as ReLU or leaky variants, and how they shape training?",
+        "I think someone built a detector for backdoored diffusion models that looks for abnormal gradient build-up in "
+        "the weights and anisotropy across timesteps? What detection rate did it reach?",
+        "When a seismic velocity model is parameterised by a neural field that maps spatial positions to values, why "
+        "does the inversion depend less on the starting guess?",
+        "The paper that treats positional encoding as a prior inside a probabilistic model of attention: how far "
+        "beyond the training context length could its models still retrieve information accurately?",
     ],
 )
 def test_a_question_the_abstract_answers_gets_no_line(engine: Engine, q: str) -> None:
