@@ -82,7 +82,8 @@ _FIGURES_ASKED = re.compile(
     r"(?:^|[,;:—–]\s*|\b(?:and|but|by)\s+)how (?:much|many)\b(?! (?:\w+er|more|less)\b)|"
     r"\b(?:exact|explicit|precise) (?:[\w-]+ ){0,2}?(?:numbers?|values?|figures?|rates?|accuracy|scores?|counts?|"
     r"sizes?|amounts?|costs?)\b|"
-    r"\bwhat (?:[\w-]+ ){0,3}?(?:numbers?|scores?|rates?|percentages?|values?|thresholds?|figures?|ratios?|margins?)\b",
+    r"\bwhat (?:[\w-]+ ){0,3}?(?:numbers?|scores?|rates?|percentages?|values?|thresholds?|figures?|ratios?|margins?)"
+    r"(?![\w-])",  # not "what the score-smoothing study says"
     re.I,
 )
 # A number as a sentence states a figure: standalone, not part of a name ("o1-like", "LLaDA-8B", "3D").
@@ -146,6 +147,7 @@ FACET_ASKED: list[tuple[str, re.Pattern[str]]] = [
         CODE,
         re.compile(
             r"\b(?:code\b[^?.]{0,80}?\b(?:released|available|public|shared|open[- ]sourced?)|open[- ]sourced?|"
+            r"(?:public|open|released) (?:source )?code|"
             r"release[sd]? (?:the |their |its )?(?:source )?code|github|repositor(?:y|ies))\b",
             re.I,
         ),
@@ -560,7 +562,8 @@ def split_question(question: str) -> tuple[list[str], list[str]]:
 # A yes-or-no question about a paper, not "Is there work on ...?" (that asks for papers).
 _YES_NO = (
     r"^\s*(?:does|do|did|can|could|is|are|was|were|has|have|will|would)\b"
-    r"(?!\s+there\s+(?:any\s+)?(?:work|papers?|research|studies|study)\b)"
+    # not "is there work / an image generator that ...": a paper looked for, not one asked about
+    r"(?!\s+there\s+(?:(?:a|an|any|some)\b|(?:work|papers?|research|studies|study)\b))"
 )
 _SCOPE_ASKED = re.compile(
     _YES_NO + r"[^?]*?"
@@ -1136,10 +1139,38 @@ def zipfs(phrase: str) -> tuple[float, ...]:
     return tuple(zipf_frequency(w, "en") for w in re.findall(r"[^\W\d_]+", phrase.lower()) if not _is_boiler(w))
 
 
+def _content_words(phrase: str) -> list[str]:
+    """The words ``zipfs`` scores, in its order."""
+    return [w for w in re.findall(r"[^\W\d_]+", phrase.lower()) if not _is_boiler(w)]
+
+
+_INFLECTIONS = [
+    ("iest", "y"),
+    ("ies", "y"),
+    ("ier", "y"),
+    ("ing", ""),
+    ("ing", "e"),
+    ("est", ""),
+    ("es", ""),
+    ("ed", ""),
+]
+_INFLECTIONS += [("ed", "e"), ("er", ""), ("s", "")]
+
+
+@lru_cache(maxsize=4096)
+def _base_zipf(word: str) -> float:
+    """The Zipf frequency of the commonest base form of an inflected ``word`` ("tidies": "tidy", "shakier": "shaky"):
+    wordfreq counts each form apart, and a rare form of an everyday word is no technical term."""
+    from wordfreq import zipf_frequency
+
+    bases = [word[: -len(end)] + base for end, base in _INFLECTIONS if word.endswith(end) and len(word) - len(end) >= 3]
+    return max((zipf_frequency(b, "en") for b in bases), default=0.0)
+
+
 def technical(phrase: str, rules: CoverageRules) -> bool:
     """Whether a description names a technical thing (which the abstracts may lack) rather than asking in
     everyday words: a word rarer than ``technical_zipf``, or several words rarer than ``compound_zipf`` on average."""
-    z = zipfs(phrase)
+    z = tuple(max(f, _base_zipf(w)) for f, w in zip(zipfs(phrase), _content_words(phrase)))
     if not z:
         return False
     return min(z) < rules.technical_zipf or (len(z) > 1 and sum(z) / len(z) < rules.compound_zipf)

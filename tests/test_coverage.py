@@ -30,6 +30,7 @@ from rag_papers.coverage import (
     SCOPE,
     SETUP,
     VALIDATION,
+    CoverageRules,
     analyse,
     asked_facet,
     comparison_sides,
@@ -38,6 +39,7 @@ from rag_papers.coverage import (
     scope_asked,
     split_question,
     states_facet,
+    technical,
 )
 from rag_papers.keyword import paper_text
 from rag_papers.llm import BackendDefaults, ExtractiveBackend
@@ -108,6 +110,13 @@ def test_a_question_splits_into_names_and_descriptions_without_boilerplate(
         ("Is there a formal proof that Smooth-Leaky activations prevent plasticity loss?", PROOF),
         ("Has the federated payment mechanism been piloted with real hospitals?", VALIDATION),
         ("the paper that studies diffusion models trained on data lying on a line", None),
+        # Read round 13: public code; "what the score-smoothing study says" asks for no score.
+        ("Is there public code for the Smooth-Leaky activation functions?", CODE),
+        (
+            "What does K-Flow propose about how flows can be organised, compared with what the score-smoothing study "
+            "says about why diffusion models generate novel samples?",
+            None,
+        ),
         ("how much faster is ES-dLLM?", "results"),
         # What an abstract seldom states, asked as such (rounds 4 and 5's absent facets, read after scoring):
         ("which imperfect information games was LAMIR tested on?", NAMED),
@@ -224,6 +233,29 @@ def test_a_scope_question_is_covered_only_by_the_paper_asked_about_naming_the_ta
     assert "convolutional networks or graph neural networks" in [a.text for a in cov.uncovered]
     gnn = ("AtteNT on graphs", "AtteNT also teaches graph neural networks, speeding up their training.")
     assert decide(analyse(q, [gnn], None), [1]).uncovered == []
+
+
+def test_a_paper_looked_for_is_no_scope_question() -> None:
+    """Read round 13: "Is there an image generator whose flow runs ... to fine detail, instead of across noise
+    levels?" looks for a paper; it was read as asking whether one reaches "fine detail" and caveated."""
+    looked_for = (
+        "Is there an image generator whose flow runs across spectral scale, from coarse structure to fine detail, "
+        "instead of across noise levels?"
+    )
+    assert scope_asked(looked_for) is None
+    asked_of_one = (
+        "Can the delay-aware zooming algorithm cope with adversarially chosen delays instead of stochastic ones?"
+    )
+    assert scope_asked(asked_of_one) == "adversarially chosen delays"
+
+
+@pytest.mark.parametrize(
+    ("phrase", "is_technical"),
+    [("speculative decoding", True), ("orthogonalize", True), ("tidies", False), ("shakier", False)],
+)
+def test_a_rare_form_of_an_everyday_word_is_not_technical(phrase: str, is_technical: bool) -> None:
+    """Read rounds 12 and 13: "The abstracts don't mention tidies" (Zipf 1.6; "tidy" is 3.5), "shakier"."""
+    assert technical(phrase, CoverageRules()) is is_technical
 
 
 def test_a_comparison_has_two_sides_only_when_two_things_are_named() -> None:
