@@ -108,8 +108,8 @@ FACET_ASKED: list[tuple[str, re.Pattern[str]]] = [
         re.compile(
             r"\b(?:GPUs?|TPUs?|GPU[- ]hours?|hardware|learning[- ]rate|batch[- ]sizes?|hyper-?parameters?|epochs?|"
             r"model sizes?|how many parameters|(?:what|which) (?:[\w-]+ )?parameter counts?|"
-            r"how many (?:training )?tokens(?! per)|training tokens|(?:what|which|(?<!beyond the )(?<!past the )training) "
-            r"context length|"
+            # "what context length": a setting asked for; "beyond the training context length": a result
+            r"how many (?:training )?tokens(?! per)|training tokens|(?:what|which) (?:training )?context length|"
             r"training (?:time|cost|budget)|GPU budget|wall[- ]clock|(?:inference |sampling )?latency|"
             r"(?:what|much|extra|added|additional|total) (?:[\w-]+ )?time\b|time per|how much (?:compute|memory|GPU)|"
             r"(?:memory|compute) (?:use|usage|footprint|cost|requirements?)|"
@@ -348,6 +348,17 @@ def _named_here(sentence: str, m: re.Match[str], own: set[str]) -> bool:
     return shaped and bool(_OBJECT_OF.search(sentence[max(0, m.start() - 40) : m.start()]))
 
 
+_FAMILIES_ASKED = re.compile(r"\b(?:famil(?:y|ies)|kinds?|types?|classes|categories) of\b", re.I)
+
+
+def _family_named(sentence: str, m: re.Match[str]) -> bool:
+    """Whether token ``m`` names a family of methods by what it is based on ("GNN-based", "SMILES-based"), standing
+    where a named thing used stands (``_OBJECT_OF``): the answer to "which families of ...?"."""
+    return bool(re.fullmatch(r"[A-Z][A-Za-z0-9]*[A-Z0-9][A-Za-z0-9]*-(?:based|style|type)", m.group())) and bool(
+        _OBJECT_OF.search(sentence[max(0, m.start() - 40) : m.start()])
+    )
+
+
 def _dataset_like(sentence: str, m: re.Match[str], own: set[str]) -> bool:
     """Whether token ``m`` of ``sentence`` can name a dataset or benchmark ("GSM8K", "ImageNet", "MT-Bench"):
     a word with a digit or two capitals, not the question's own names (the paper's method is no dataset of it),
@@ -572,6 +583,12 @@ _SCOPE_ASKED = re.compile(
     r"(?=on|in|against|with|to)|(?:robust|resistant|vulnerable|sensitive|immune) (?=to|against))\b(?P<rest>[^?]*)",
     re.I,
 )
+# "How robust is IG-FWI when the data are noisy?": a scope asked as a wh-question.
+_HOW_ROBUST = re.compile(
+    r"^\s*how (?:robust|sensitive|resistant|vulnerable) (?:is|are|was|were)\s+[^?]*?\b(?:to|against|when|under|if)\s+"
+    r"(?P<rest>[^?]*)",
+    re.I,
+)
 _SCOPE_END = re.compile(r"\s+(?:the way|as well as|as|like|compared|than|rather|—|–)\b.*$|[,;:].*$", re.I)
 _SCOPE_OBJECT = re.compile(r"\b(?:to|for|on|in|of|with|under|when|at|across)\s+(.+)$", re.I)
 
@@ -618,7 +635,7 @@ def combination_asked(question: str) -> tuple[str, str] | None:
 def scope_asked(question: str) -> str | None:
     """What a yes-or-no scope question asks whether a paper reaches, as written ("vision-language reasoning
     models", "adversarially chosen delays"), else None."""
-    m = _SCOPE_ASKED.match(question)
+    m = _SCOPE_ASKED.match(question) or _HOW_ROBUST.match(question)
     if m:
         rest = _SCOPE_END.sub("", m.group("rest")).strip(" ?.")
         obj = _SCOPE_OBJECT.search(rest)
@@ -803,6 +820,8 @@ def states_facet(question: str, facet: str | None, names: Sequence[str]) -> Call
     if facet == DATA:
         return lambda s: bool(_DATA_WORDS.search(s)) or any(_dataset_like(s, m, own) for m in _NAME_TOKEN.finditer(s))
     if facet == NAMED:
+        if _FAMILIES_ASKED.search(question):  # "which families of baselines?": "GNN-based, PLM-based models"
+            return lambda s: any(_named_here(s, m, own) or _family_named(s, m) for m in _NAME_TOKEN.finditer(s))
         return lambda s: any(_named_here(s, m, own) for m in _NAME_TOKEN.finditer(s))
     if facet == FIGURES:
         focus = figure_focus(question)
@@ -985,7 +1004,7 @@ def _scope_evidence(analysis: Analysis, tokens: Sequence[set[str]], target: str)
     """
     ev = _Evidence(Aspect(target, FACET))
     options = [o for o in (_content(x) for x in re.split(r"\s+or\s+", target)) if o]
-    m = _SCOPE_ASKED.match(analysis.question)
+    m = _SCOPE_ASKED.match(analysis.question) or _HOW_ROBUST.match(analysis.question)
     cue_at = m.start("rest") if m else max(0, analysis.question.find(target))
     subject = _content(re.sub(r"(?i)^\s*\w+\s+", "", analysis.question[:cue_at]))
     subject -= {t for e in analysis.evidence if e.aspect.kind == NAME for t in keyword_tokens(e.aspect.text)}

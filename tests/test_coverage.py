@@ -112,6 +112,9 @@ def test_a_question_splits_into_names_and_descriptions_without_boilerplate(
         ("the paper that studies diffusion models trained on data lying on a line", None),
         # Read round 13: public code; "what the score-smoothing study says" asks for no score.
         ("Is there public code for the Smooth-Leaky activation functions?", CODE),
+        # Read round 14: a multiple of the training context length is a result; a context length asked for is not.
+        ("it could retrieve information at some huge multiple of the training context length?", None),
+        ("What training context length did BAM use?", SETUP),
         (
             "What does K-Flow propose about how flows can be organised, compared with what the score-smoothing study "
             "says about why diffusion models generate novel samples?",
@@ -195,6 +198,13 @@ def test_the_facet_a_question_asks_for(question: str, facet: str | None) -> None
             True,
         ),
         # Names asked for: one standing where a thing used is named, not a subject, the field or the paper's own.
+        # "Which families of ...?" is answered by what each is based on (read round 14), no other question is.
+        (
+            "Which families of baseline models are on its leaderboard?",
+            "A leaderboard with baselines across 4 families: fingerprint-based, GNN-based, PLM-based models.",
+            True,
+        ),
+        ("Which baselines does it compare against?", "We compare against GNN-based models.", False),
         ("Which games was LAMIR tested on?", "We evaluate LAMIR on Leduc poker and Liar's Dice.", True),
         ("Which games was LAMIR tested on?", "While MuZero enables effective model learning for search.", False),
         ("Which of the 21 frontier models scored best?", "It reveals limitations in current LLMs’ abilities.", False),
@@ -447,6 +457,7 @@ def test_a_dataset_question_is_not_answered_by_the_papers_own_name_or_a_field_ac
         # Read round 12: code asked for, a user study, "plugs X into Y".
         ("Is the code for the FlashLLA kernel from the Local Linear Attention paper publicly released?", CODE),
         ("Did the CreatiDesign authors run a user study with professional graphic designers?", VALIDATION),
+        ("How robust is IG-FWI when the recorded seismic data are contaminated with strong noise?", "strong noise"),
         (
             "Is there work that plugs Dirichlet-based mixture-of-experts routing into diffusion language models?",
             "Dirichlet-based mixture-of-experts routing together with diffusion language models",
