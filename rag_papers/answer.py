@@ -730,6 +730,7 @@ class AnswerStream:
                 self.question, used, self.embedder, s, self.names_df, above_floor=self.result.above_floor
             )
             coverage = plan.coverage
+            coverage.loose = self._loose() and not plan.refused  # before the text is read: its first line says it
             if plan.refused:  # no sentence of any source matches the question: nothing to quote
                 text = "".join(chunks)
                 yield text
@@ -759,6 +760,7 @@ class AnswerStream:
             # What the abstracts the model reads leave out, by names and facets (descriptions are the
             # model's to judge: the prompt asks it to say which parts the abstracts don't answer).
             coverage = self._llm_coverage(used)
+            coverage.loose = self._loose()
             line = coverage.line()
             if line:
                 yield f"{line}.\n\n"
@@ -834,6 +836,13 @@ class AnswerStream:
             caveat=caveat,
             uncovered=uncovered,
         )
+
+    def _loose(self) -> bool:
+        """Whether the papers were found relevant only just: hybrid relevance under ``loose_match``."""
+        s = self.settings
+        if s.retrieval != "hybrid" or (s.reranker and s.min_rerank is not None):
+            return False  # another scale: the floor is the only call
+        return self.result.relevant and self.result.relevance < s.loose_match
 
     def source_limit(self) -> int:
         """The papers an answer may read: ``context_papers``, or for a "which papers" list every retrieved one."""

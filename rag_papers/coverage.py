@@ -63,6 +63,7 @@ LIMITATIONS, RESULTS, DATA, METHOD, COMPARISON, HOW, WHY, SETUP, FIGURES, NAMED 
 )
 BEST, VALIDATION = "which performs best", "real-world or wet-lab validation"
 PROOF = "a formal proof"
+LOOSE_MATCH = "a close match to the question"  # ``Coverage.loose``: what ``uncovered`` names
 CODE = "a code release"
 SCOPE = "scope"  # "does X also work for Y?": the aspect is Y as written
 COMBINATION = "combination"  # "has anyone combined X with Y?": the aspect is "X together with Y"
@@ -439,10 +440,14 @@ class Coverage:
     facet: str | None = None  # LIMITATIONS, RESULTS, DATA, COMPARISON, HOW, WHY or None
     sides: list[str] = field(default_factory=list)  # a comparison's two sides, as written
     listing: bool = False
+    # Retrieval found the papers relevant, but only just (``Settings.loose_match``): said even when every aspect
+    # the rules can test is covered, since a question in everyday words on a neighbouring topic passes them all.
+    loose: bool = False
 
     @property
     def uncovered(self) -> list[Aspect]:
-        return [a for a in self.aspects if not a.covered]
+        missing = [a for a in self.aspects if not a.covered]
+        return [*missing, Aspect(LOOSE_MATCH, FACET)] if self.loose else missing
 
     @property
     def central(self) -> Aspect | None:
@@ -455,15 +460,16 @@ class Coverage:
 
     def line(self) -> str | None:
         """The one line said first: "The abstracts don't mention DoRA or GLUE"."""
-        missing = self.uncovered
+        missing = [a for a in self.aspects if not a.covered]
         if not missing:
-            return None
+            return "The abstracts match this question only loosely" if self.loose else None
         nowhere = [a for a in missing if a.kind == NAME and a.df == 0]
         texts = [a.text for a in missing]
         what = texts[0] if len(texts) == 1 else ", ".join(texts[:-1]) + " or " + texts[-1]
+        loosely = ", and match the question only loosely" if self.loose else ""
         if len(nowhere) == len(missing):
-            return f"No indexed abstract mentions {what}"
-        return f"The abstracts don't mention {what}"
+            return f"No indexed abstract mentions {what}{loosely}"
+        return f"The abstracts don't mention {what}{loosely}"
 
 
 # ------------------------------------------------------------------ splitting the question

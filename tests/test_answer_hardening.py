@@ -21,9 +21,10 @@ FENCE = re.compile(r'<source n="(\d+)">\n(.*?)\n</source>', re.DOTALL)
 
 
 def result_of(*papers: Paper) -> SearchResult:
-    """A search result holding ``papers``, best first, all relevant: what the answer stage is given."""
+    """A search result holding ``papers``, best first, all relevant (clearly: no loose-match line): what the answer
+    stage is given."""
     hits = [Hit(p.id, p.title, 0.9 - i / 100, 0.9, 0.5, p.abstract[:80]) for i, p in enumerate(papers)]
-    return SearchResult("q", hits, True, papers={p.id: p for p in papers})
+    return SearchResult("q", hits, True, papers={p.id: p for p in papers}, relevance=0.9)
 
 
 # ------------------------------------------------------------------ prompt fencing
