@@ -125,7 +125,9 @@ def _stub_defaults(request: pytest.FixtureRequest) -> None:
 def open_app(page: Any, url: str) -> None:
     page.goto(url)
     page.wait_for_selector("#rp-input textarea")
-    page.wait_for_selector("#rp-status-wrap .rp-status:not(:has-text('checking'))")
+    # The status comes after the page's load events in the queue: on a loaded two-core machine running the
+    # whole suite, the first page of a server once took over the default 30 s (as long as ``ask`` may wait).
+    page.wait_for_selector("#rp-status-wrap .rp-status:not(:has-text('checking'))", timeout=60_000)
 
 
 def ask(page: Any, question: str, timeout: float = 60_000) -> Any:
