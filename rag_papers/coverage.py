@@ -187,6 +187,7 @@ FACET_ASKED: list[tuple[str, re.Pattern[str]]] = [
         ),
     ),
 ]
+_ASKED = dict(FACET_ASKED)  # by facet, for the facets asked_facet checks first
 # A sentence of an abstract that states each facet (the facet is covered when a source has one).
 FACET_CUES: dict[str, re.Pattern[str]] = {
     SETUP: re.compile(
@@ -677,10 +678,10 @@ def asked_facet(question: str) -> str | None:
     """The facet ``question`` asks for, by its wording (None: what the papers do in general)."""
     if comparison_sides(question):
         # "How many minutes does CryoNet.Refine take compared with Phenix?" asks for a run's cost, on both sides
-        return SETUP if dict(FACET_ASKED)[SETUP].search(question) else COMPARISON
-    if dict(FACET_ASKED)[VALIDATION].search(question):
+        return SETUP if _ASKED[SETUP].search(question) else COMPARISON
+    if _ASKED[VALIDATION].search(question):
         return VALIDATION  # "Were the designs validated in the wet lab?": not a scope of words to find
-    if dict(FACET_ASKED)[PROOF].search(question):
+    if _ASKED[PROOF].search(question):
         return PROOF
     if scope_asked(question):
         return SCOPE
@@ -1045,17 +1046,22 @@ _NAMED_KINDS = frozenset(
 ) | {"library", "libraries"}
 
 
+def _found_names(analysis: Analysis) -> list[_Evidence]:
+    """The question's names that some source has, not the field's and not a likeness: what names a paper asked about."""
+    return [
+        e
+        for e in analysis.evidence
+        if e.aspect.kind == NAME and e.found and not ignored_name(e.aspect.text, analysis.question)
+    ]
+
+
 def _head_evidence(analysis: Analysis, tokens: Sequence[set[str]]) -> _Evidence | None:
     """What a wh-question about a named paper asks for ("regret bound" of LAMIR), found when the first source
     with the paper's name has a word of it. None when the question is of another shape, names no paper any
     source has, or asks for a head of boilerplate only ("what method ...")."""
     m = _WH_HEAD.match(analysis.question)
     head = _content(m.group("head")) if m else set()
-    names = [
-        e
-        for e in analysis.evidence
-        if e.aspect.kind == NAME and e.found and not ignored_name(e.aspect.text, analysis.question)
-    ]
+    names = _found_names(analysis)
     if not m or not head or not names or m.group("head").lower() in TESTED_FACETS or analysis.facet == NAMED:
         return None
     if asks_for_papers(analysis.question):  # "Which papers focus on ...": a topic of papers, not a head to find
@@ -1075,11 +1081,7 @@ def _asked_about(analysis: Analysis) -> set[int] | None:
     source has them all, or it compares papers (a named one with a described one too) or asks for a list of them."""
     if analysis.sides or _COMPARE.search(analysis.question) or asks_for_papers(analysis.question):
         return None
-    names = [
-        e
-        for e in analysis.evidence
-        if e.aspect.kind == NAME and e.found and not ignored_name(e.aspect.text, analysis.question)
-    ]
+    names = _found_names(analysis)
     if not names:
         return None
     both = set.intersection(*(set(e.found) for e in names))
@@ -1161,7 +1163,7 @@ def zipfs(phrase: str) -> tuple[float, ...]:
     """
     from wordfreq import zipf_frequency
 
-    return tuple(zipf_frequency(w, "en") for w in re.findall(r"[^\W\d_]+", phrase.lower()) if not _is_boiler(w))
+    return tuple(zipf_frequency(w, "en") for w in _content_words(phrase))
 
 
 def _content_words(phrase: str) -> list[str]:
@@ -1169,17 +1171,9 @@ def _content_words(phrase: str) -> list[str]:
     return [w for w in re.findall(r"[^\W\d_]+", phrase.lower()) if not _is_boiler(w)]
 
 
-_INFLECTIONS = [
-    ("iest", "y"),
-    ("ies", "y"),
-    ("ier", "y"),
-    ("ing", ""),
-    ("ing", "e"),
-    ("est", ""),
-    ("es", ""),
-    ("ed", ""),
-]
-_INFLECTIONS += [("ed", "e"), ("er", ""), ("s", "")]
+# (ending, what replaces it), tried in this order
+_INFLECTIONS = [("iest", "y"), ("ies", "y"), ("ier", "y"), ("ing", ""), ("ing", "e"), ("est", ""), ("es", "")]
+_INFLECTIONS += [("ed", ""), ("ed", "e"), ("er", ""), ("s", "")]
 
 
 @lru_cache(maxsize=4096)
