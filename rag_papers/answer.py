@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from rag_papers import RagPapersError
 from rag_papers.claims import CITE, Claim, check_claims
 from rag_papers.config import Settings
-from rag_papers.corpus import Paper, plain_text, sentences
+from rag_papers.corpus import Paper, plain_text, quotable_sentences, sentences
 from rag_papers.coverage import (
     DESCRIPTION,
     NAME,
@@ -272,14 +272,6 @@ def build_messages(
 
 
 # ------------------------------------------------------------------ extractive
-def quotable_sentences(abstract: str) -> list[str]:
-    """The sentences of ``abstract`` an answer may quote, as a reader sees them (``plain_text``): exactly the
-    sentences the sources panel highlights and claims are checked against. Links to code or data answer
-    nothing, so they are left out."""
-    parts = sentences(plain_text(abstract))
-    return [s for s in parts if len(s.split()) >= 4 and not re.search(r"https?://|github\.com|\bwww\.", s)]
-
-
 @dataclass(frozen=True)
 class QuoteRules:
     """What the no-LLM answer may quote. The defaults were fitted on eval/qa.jsonl's dev part

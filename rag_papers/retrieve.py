@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from rag_papers import RagPapersError
 from rag_papers.config import Settings, TopK, Year, validation_message
-from rag_papers.corpus import Paper, safe_text, sentences
+from rag_papers.corpus import Paper, quotable_sentences, safe_text, sentences
 from rag_papers.index import Index
 from rag_papers.keyword import BM25_K1, keyword_query, keyword_tokens, lucene_idf, paper_text, useful_terms
 from rag_papers.store import passage_text
@@ -102,6 +102,8 @@ def combine_dense(per_model: list[list[DenseHit]]) -> list[DenseHit]:
 # Under filters, a query word found in no paper read so far is looked up among at most this many papers
 # that contain it to see whether any passes the filters (``Retriever._coverage_within``).
 FILTERED_TERM_SCAN = 500
+# The papers whose sentences ``sentence_match`` reads: the first three by the fused score, as studied.
+SENTENCE_PAPERS = 3
 
 
 @dataclass
@@ -281,6 +283,9 @@ class SearchResult:
     filter_reason: str | None = None  # what excluded them, in words, when ``filtered_out``
     # The hits that reach the relevance floor on their own (a "which papers" answer lists each of them).
     above_floor: list[str] = field(default_factory=list)
+    # Under the floor, in the band where one sentence may decide (``Retriever._sentence_band``): the best cosine of
+    # a quotable sentence of the first papers to the question; None where it was not looked at.
+    sentence_match: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -288,6 +293,7 @@ class SearchResult:
             "results": [h.to_dict() for h in self.results],
             "relevant": self.relevant,
             "relevance": self.relevance,
+            "sentence_match": self.sentence_match,
             "filtered_out": self.filtered_out,
             "filter_reason": self.filter_reason,
             "timings": self.timings,
@@ -323,6 +329,7 @@ class Retriever:
         kw_side = self.index.pool().submit(self._keyword_side, query, pool) if mode == "hybrid" else None
 
         dense: dict[str, tuple[float, str]] = {}
+        vec: list[float] | None = None  # the query's vector (first model), for the sentence evidence too
         where = filters.chroma_where([str(v) for v in self.index.field_values("venue") if v] if filters.venue else ())
         if mode in ("hybrid", "dense"):
             second = self.index.embedder2
@@ -403,6 +410,17 @@ class Retriever:
         # ranked 6th can hold the best cosine). By the fused score, not a reranker's order: that stays the decision.
         judged = sorted(hits, key=lambda h: (-h.score, h.id))[: s.top_k]
         relevance = round(self.relevance(judged, coverage), 4)
+        relevant = bool(hits) and relevance >= self.floor()
+        above_floor = [h.id for h in hits if self.relevance([h], coverage) >= self.floor()]
+        sentence = None
+        if hits and not relevant and vec is not None and self._sentence_band(relevance):
+            t2 = time.perf_counter()
+            best = self._best_sentences(vec, judged[:SENTENCE_PAPERS], papers)
+            sentence = round(max(best.values(), default=0.0), 4)
+            if sentence >= s.sentence_match:
+                relevant = True
+                above_floor = [pid for pid, cos in best.items() if cos >= s.sentence_match]
+            timings["sentence_ms"] = _ms(t2)
         # Nothing left because of the filters: candidates were turned away, or the vector store's
         # filter (year, venue) matched no vector at all in a non-empty index.
         excluded = (
@@ -415,14 +433,41 @@ class Retriever:
         return SearchResult(
             query,
             hits,
-            bool(hits) and relevance >= self.floor(),
+            relevant,
             timings,
             {h.id: papers[h.id] for h in hits},
             relevance,
             filtered_out=excluded,
             filter_reason=self.filter_reason(filters) if excluded else None,
-            above_floor=[h.id for h in hits if self.relevance([h], coverage) >= self.floor()],
+            above_floor=above_floor,
+            sentence_match=sentence,
         )
+
+    def _sentence_band(self, relevance: float) -> bool:
+        """Whether a result under the floor may still pass on one sentence (``sentence_match``): hybrid only, as
+        the band is in the hybrid relevance's units, and never where a reranker's floor decides."""
+        s = self.settings
+        if s.retrieval != "hybrid" or not s.sentence_match or (s.reranker and s.min_rerank is not None):
+            return False
+        return s.sentence_match_from <= relevance < s.min_score
+
+    def _best_sentences(self, vec: list[float], hits: list[Hit], papers: dict[str, Paper]) -> dict[str, float]:
+        """Paper id -> the best cosine of its quotable sentences to the query vector ``vec``.
+
+        Why sentences: a question about one claim of an abstract, asked in other words, matches that claim's
+        sentence while its match with the whole abstract is diluted by the rest (and its lay words are unknown
+        to the keyword index, which lowers the coverage term); an everyday question near the floor matches no
+        sentence that closely. The sentences are those an answer quotes, so what passes has a quote."""
+        import numpy as np
+
+        texts = [(h.id, t) for h in hits for t in quotable_sentences(papers[h.id].abstract)]
+        if not texts:
+            return {}
+        sims = np.asarray(self.index.embedder.embed_documents([t for _, t in texts])) @ np.asarray(vec)
+        best: dict[str, float] = {}
+        for (pid, _), cos in zip(texts, sims):
+            best[pid] = max(best.get(pid, -1.0), float(cos))
+        return best
 
     def _passing(
         self, scored: Scored, want: int, step: int, filters: Filters, papers: dict[str, Paper]

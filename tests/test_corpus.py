@@ -626,7 +626,8 @@ def test_the_one_sentence_splitter(text: str, expected: list[str]) -> None:
 def test_every_sentence_an_answer_can_quote_is_one_sentence_the_panel_highlights() -> None:
     """The invariant behind the one splitter: an extractive answer quotes a sentence of an abstract as a reader
     sees it, and the sources panel, cutting the same abstract, marks exactly that sentence "quoted"."""
-    from rag_papers.answer import QuotePlan, extractive_text, quotable_sentences
+    from rag_papers.answer import QuotePlan, extractive_text
+    from rag_papers.corpus import quotable_sentences
     from rag_papers.retrieve import Hit
     from rag_papers.ui.render import marked_sentences
 

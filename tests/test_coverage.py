@@ -407,6 +407,28 @@ def test_a_relevant_but_loose_match_is_said_first(engine: Engine) -> None:
     assert off.ask(q, ExtractiveBackend(off.settings)).run().uncovered == []
 
 
+def test_a_lay_question_under_the_floor_passes_on_one_sentence(engine: Engine) -> None:
+    """Blind writers asked what the persuasion paper finds in lay words in rounds 7, 10, 13 and 16, and each time it
+    was refused: "chatbots" and "talking people into things" are unknown to the keyword index, so the hybrid
+    relevance (0.32 to 0.34) fell under the floor, while a sentence of the paper matches the question closely. An
+    everyday question in the same band matches no sentence that closely and is still refused."""
+    s = engine.settings
+    q = "How good are chatbots at talking people into things, and can even small ones be trained to get better at it?"
+    result = engine.search(q)
+    assert result.relevance < s.min_score and result.relevant, (result.relevance, result.sentence_match)
+    assert result.sentence_match is not None and result.sentence_match >= s.sentence_match
+    ans = engine.ask(q, ExtractiveBackend(s)).run()
+    persuasion = seed_id("persuasive capabilities")
+    assert not ans.refused and persuasion in ans.citations, (ans.refused, ans.citations)
+    assert LOOSE_MATCH in ans.uncovered and ans.answer.startswith("The abstracts match this question only loosely")
+
+    garden = engine.search("how should I design the layout of a small backyard garden?")
+    assert s.sentence_match_from <= garden.relevance < s.min_score, garden.relevance
+    assert not garden.relevant and garden.sentence_match is not None and garden.sentence_match < s.sentence_match
+    off = Engine(s.model_copy(update={"sentence_match": 0.0}), engine.index)
+    assert not off.search(q).relevant and off.search(q).sentence_match is None
+
+
 def test_a_lay_question_whose_first_paper_is_right_is_answered(engine: Engine) -> None:
     """Rounds 5, 9, 10 and 11 each asked this in lay words and each was refused: STEDiff ranked first, well above
     the retrieval floor, but its best sentence's cosine (0.298) was under the quoting floor of 0.3."""

@@ -62,7 +62,7 @@ from rag_papers.corpus.record import (
     normalise_id,
     to_paper,
 )
-from rag_papers.corpus.text import STOPWORDS, plain_text, safe_text, sentences
+from rag_papers.corpus.text import STOPWORDS, plain_text, quotable_sentences, safe_text, sentences
 from rag_papers.corpus.titles import GENERIC_ACRONYMS, GENERIC_WORDS, coined_name, derive_title, topic_phrases
 
 __all__ = [
@@ -110,6 +110,7 @@ __all__ = [
     "open_binary",
     "person",
     "plain_text",
+    "quotable_sentences",
     "read_bibtex",
     "read_csv",
     "read_export",

@@ -179,3 +179,11 @@ def sentences(text: str) -> list[str]:
     quoted, highlighted or matched as evidence; the stored text where a model reads it.
     """
     return [s for s in (p.strip() for p in _SENTENCE_END.split(" ".join(text.split()))) if s]
+
+
+def quotable_sentences(abstract: str) -> list[str]:
+    """The sentences of ``abstract`` an answer may quote, as a reader sees them (``plain_text``): exactly the
+    sentences the sources panel highlights, claims are checked against and retrieval's sentence evidence reads.
+    Links to code or data answer nothing, so they are left out."""
+    parts = sentences(plain_text(abstract))
+    return [s for s in parts if len(s.split()) >= 4 and not re.search(r"https?://|github\.com|\bwww\.", s)]
