@@ -507,13 +507,17 @@ def ignored_name(name: str, question: str) -> bool:
     return name.lower() in GENERIC_NAMES or hedged(name, question)
 
 
+# A letter standing for a number ("an N-times speedup", "a k-fold cut"): a figure asked for, not a name.
+_PLACEHOLDER = re.compile(r"[NnKkMm][-\u2010]?(?:times|fold|x)")
+
+
 def _looks_like_name(word: str, first: bool) -> bool:
     """A method, model, dataset or figure: "DoRA", "GLUE", "ES-dLLM", "GPT-4", "Mamba" (not first), "12%".
 
     Not a bare number ("35": a count, or a year, is no name to look for) nor one of ``GENERIC_NAMES``
     ("LLM", "AI"), which name the field, not a method.
     """
-    if word.lower() in GENERIC_NAMES:
+    if word.lower() in GENERIC_NAMES or _PLACEHOLDER.fullmatch(word):
         return False
     if re.fullmatch(r"\d+(?:\.\d+)?%?|~?\d+(?:\.\d+)?[kKmM]", word):
         return word.endswith("%")

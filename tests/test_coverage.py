@@ -79,6 +79,8 @@ ES_DLLM = "Diffusion large language models (dLLMs) are emerging"
         ("How does SWAX compare with FlashLLA?", ["SWAX", "FlashLLA"], []),
         ("I need a paper that explores picking shorter prompts", [], ["picking shorter prompts"]),
         ("which method reaches 12% lower error on ES-dLLM benchmarks", ["12%", "ES-dLLM"], ["lower error"]),
+        # A letter standing for a number is no name (read round 17: "The abstracts don't mention N-times").
+        ("Which papers report a numeric speedup, such as an N-times speedup or a k-fold cut?", [], ["speedup"]),
     ],
 )
 def test_a_question_splits_into_names_and_descriptions_without_boilerplate(
