@@ -502,11 +502,18 @@ def hedged(name: str, question: str) -> bool:
     return bool(re.search(rf"{re.escape(name)}(?:-|\s+)(?:{_HEDGES})\b", question, re.IGNORECASE))
 
 
+def generic_name(word: str) -> bool:
+    """One of the field's names (``GENERIC_NAMES``: "LLM", "AI"), or its plural ("AIs")."""
+    w = word.lower()
+    return w in GENERIC_NAMES or (len(w) > 2 and w.endswith("s") and w[:-1] in GENERIC_NAMES)
+
+
 def ignored_name(name: str, question: str) -> bool:
     """A name that is no aspect: one of the field's ("LLM") or named only as a likeness ("MuZero-style")."""
-    return name.lower() in GENERIC_NAMES or hedged(name, question)
+    return generic_name(name) or hedged(name, question)
 
 
+_POSSESSIVE = re.compile(r"['\u2019]s$")
 # A letter standing for a number ("an N-times speedup", "a k-fold cut"): a figure asked for, not a name.
 _PLACEHOLDER = re.compile(r"[NnKkMm][-\u2010]?(?:times|fold|x)")
 
@@ -517,7 +524,7 @@ def _looks_like_name(word: str, first: bool) -> bool:
     Not a bare number ("35": a count, or a year, is no name to look for) nor one of ``GENERIC_NAMES``
     ("LLM", "AI"), which name the field, not a method.
     """
-    if word.lower() in GENERIC_NAMES or _PLACEHOLDER.fullmatch(word):
+    if generic_name(word) or _PLACEHOLDER.fullmatch(word):
         return False
     if re.fullmatch(r"\d+(?:\.\d+)?%?|~?\d+(?:\.\d+)?[kKmM]", word):
         return word.endswith("%")
@@ -553,7 +560,7 @@ def split_question(question: str) -> tuple[list[str], list[str]]:
     for i, (word, start) in enumerate(words):
         first = sentence_start or i == 0
         sentence_start = q[start + len(word) : start + len(word) + 1] in (".", "?", "!")
-        word = _NAME_SUFFIX.sub("", word)
+        word = _NAME_SUFFIX.sub("", _POSSESSIVE.sub("", word))  # "a temporal GNN's prediction": the name is GNN
         if _looks_like_name(word, first) and not (first and _is_boiler(word)):
             if run:
                 phrases.append(" ".join(run))
@@ -566,7 +573,7 @@ def split_question(question: str) -> tuple[list[str], list[str]]:
         if run and word.lower() in _HEAD_NOUNS:
             run.append(word)  # "draft model", "diffusion models": shown whole, matched on the content words
             continue
-        if _is_boiler(word) or word.lower() in _QUESTION_WORDS or word.lower() in GENERIC_NAMES:
+        if _is_boiler(word) or word.lower() in _QUESTION_WORDS or generic_name(word):
             if run:
                 phrases.append(" ".join(run))
                 run.clear()

@@ -81,6 +81,9 @@ ES_DLLM = "Diffusion large language models (dLLMs) are emerging"
         ("which method reaches 12% lower error on ES-dLLM benchmarks", ["12%", "ES-dLLM"], ["lower error"]),
         # A letter standing for a number is no name (read round 17: "The abstracts don't mention N-times").
         ("Which papers report a numeric speedup, such as an N-times speedup or a k-fold cut?", [], ["speedup"]),
+        # Read round 18: "The abstracts don't mention AIs" and "... GNN's".
+        ("Can text AIs that fill in many blanks at once be sped up?", [], ["text"]),
+        ("Which paper explains what drives a temporal GNN's prediction?", ["GNN"], ["temporal"]),
     ],
 )
 def test_a_question_splits_into_names_and_descriptions_without_boilerplate(
