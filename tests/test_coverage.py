@@ -412,6 +412,20 @@ def test_a_relevant_but_loose_match_is_said_first(engine: Engine) -> None:
     assert off.ask(q, ExtractiveBackend(off.settings)).run().uncovered == []
 
 
+def test_a_match_over_loose_match_is_answered_plainly(engine: Engine) -> None:
+    """Read round 19: a lay paraphrase of the delayed-bandit paper (relevance 0.40) got the loose-match line at 0.42,
+    one of its twelve caveated answerable questions (0.143). At 0.37 it is answered plainly, from the right paper."""
+    q = (
+        "Say a program keeps turning a dial that can sit at any position, and only finds out how good each position "
+        "was after an unpredictable wait. Can it still learn almost as well as if it heard back instantly?"
+    )
+    result = engine.search(q)
+    assert result.relevant and 0.37 <= result.relevance < 0.42, result.relevance
+    ans = engine.ask(q, ExtractiveBackend(engine.settings)).run()
+    assert not ans.refused and ans.uncovered == [], ans.uncovered
+    assert ans.citations[:1] == [seed_id("Lipschitz bandit in the presence of stochastic delayed feedback")]
+
+
 def test_a_lay_question_under_the_floor_passes_on_one_sentence(engine: Engine) -> None:
     """Blind writers asked what the persuasion paper finds in lay words in rounds 7, 10, 13 and 16, and each time it
     was refused: "chatbots" and "talking people into things" are unknown to the keyword index, so the hybrid
