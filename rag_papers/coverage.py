@@ -490,8 +490,9 @@ def _is_boiler(word: str) -> bool:
 
 GENERIC_NAMES = load_words("generic_names")
 # "MuZero-style", "Flash-something", "PAC-type": the name is the part before the suffix.
-_HEDGES = "style|like|based|type|esque|ish|something|inspired|related|driven|lab"
-_NAME_SUFFIX = re.compile(r"-(?:style|like|based|type|esque|ish|something|inspired|related|driven)$", re.IGNORECASE)
+_SUFFIX_HEDGES = "style|like|based|type|esque|ish|something|inspired|related|driven|flavou?red"
+_HEDGES = f"{_SUFFIX_HEDGES}|lab"
+_NAME_SUFFIX = re.compile(rf"-(?:{_SUFFIX_HEDGES})$", re.IGNORECASE)
 
 
 def hedged(name: str, question: str) -> bool:
