@@ -832,7 +832,7 @@ class AnswerStream:
     def _loose(self) -> bool:
         """Whether the papers were found relevant only just: hybrid relevance under ``loose_match``."""
         s = self.settings
-        if s.retrieval != "hybrid" or (s.reranker and s.min_rerank is not None):
+        if not s.fused_relevance:
             return False  # another scale: the floor is the only call
         return self.result.relevant and self.result.relevance < s.loose_match
 

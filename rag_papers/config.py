@@ -334,6 +334,12 @@ class Settings(BaseSettings):
         return (init_settings, env_settings, toml)
 
     @property
+    def fused_relevance(self) -> bool:
+        """Whether relevance is hybrid retrieval's own evidence (best cosine + coverage term), the scale of
+        ``min_score``, ``loose_match`` and ``sentence_match``: not another retrieval's, nor a reranker floor's."""
+        return self.retrieval == "hybrid" and not (self.reranker and self.min_rerank is not None)
+
+    @property
     def ollama_url(self) -> str:
         """``ollama_host`` as a URL (``ollama_url``): what the Ollama clients are given."""
         return ollama_url(self.ollama_host)

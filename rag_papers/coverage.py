@@ -446,9 +446,13 @@ class Coverage:
     loose: bool = False
 
     @property
+    def missing(self) -> list[Aspect]:
+        """The question's aspects the sources don't address (``uncovered`` adds the loose match)."""
+        return [a for a in self.aspects if not a.covered]
+
+    @property
     def uncovered(self) -> list[Aspect]:
-        missing = [a for a in self.aspects if not a.covered]
-        return [*missing, Aspect(LOOSE_MATCH, FACET)] if self.loose else missing
+        return [*self.missing, Aspect(LOOSE_MATCH, FACET)] if self.loose else self.missing
 
     @property
     def central(self) -> Aspect | None:
@@ -461,7 +465,7 @@ class Coverage:
 
     def line(self) -> str | None:
         """The one line said first: "The abstracts don't mention DoRA or GLUE"."""
-        missing = [a for a in self.aspects if not a.covered]
+        missing = self.missing
         if not missing:
             return "The abstracts match this question only loosely" if self.loose else None
         nowhere = [a for a in missing if a.kind == NAME and a.df == 0]
@@ -651,10 +655,16 @@ def combination_asked(question: str) -> tuple[str, str] | None:
     return x, y
 
 
+def _scope_match(question: str) -> re.Match[str] | None:
+    """A scope question's wording, its ``rest`` group what it asks the paper to reach: "does X also work for Y?"
+    or "how robust is X when Y?"."""
+    return _SCOPE_ASKED.match(question) or _HOW_ROBUST.match(question)
+
+
 def scope_asked(question: str) -> str | None:
     """What a yes-or-no scope question asks whether a paper reaches, as written ("vision-language reasoning
     models", "adversarially chosen delays"), else None."""
-    m = _SCOPE_ASKED.match(question) or _HOW_ROBUST.match(question)
+    m = _scope_match(question)
     if m:
         rest = _SCOPE_END.sub("", m.group("rest")).strip(" ?.")
         obj = _SCOPE_OBJECT.search(rest)
@@ -1023,7 +1033,7 @@ def _scope_evidence(analysis: Analysis, tokens: Sequence[set[str]], target: str)
     """
     ev = _Evidence(Aspect(target, FACET))
     options = [o for o in (_content(x) for x in re.split(r"\s+or\s+", target)) if o]
-    m = _SCOPE_ASKED.match(analysis.question) or _HOW_ROBUST.match(analysis.question)
+    m = _scope_match(analysis.question)
     cue_at = m.start("rest") if m else max(0, analysis.question.find(target))
     subject = _content(re.sub(r"(?i)^\s*\w+\s+", "", analysis.question[:cue_at]))
     subject -= {t for e in analysis.evidence if e.aspect.kind == NAME for t in keyword_tokens(e.aspect.text)}

@@ -447,7 +447,7 @@ class Retriever:
         """Whether a result under the floor may still pass on one sentence (``sentence_match``): hybrid only, as
         the band is in the hybrid relevance's units, and never where a reranker's floor decides."""
         s = self.settings
-        if s.retrieval != "hybrid" or not s.sentence_match or (s.reranker and s.min_rerank is not None):
+        if not s.fused_relevance or not s.sentence_match:
             return False
         return s.sentence_match_from <= relevance < s.min_score
 
