@@ -20,12 +20,14 @@ from rag_papers.claims import CITE, Claim, check_claims
 from rag_papers.config import Settings
 from rag_papers.corpus import Paper, plain_text, quotable_sentences, sentences
 from rag_papers.coverage import (
+    CODE,
     DESCRIPTION,
     NAME,
     Analysis,
     Coverage,
     CoverageRules,
     analyse,
+    asked_facet,
     asks_for_papers,
     decide,
     ignored_name,
@@ -206,6 +208,8 @@ def _sources(result: SearchResult, limit: int, min_ratio: float = 0.0, question:
     them ("... the same kind of thing as K-Flow?": K-Flow's paper, ranked second, is what it asks about).
     """
     top = result.results[0].score if result.results else 0.0
+    if question and listed_by_facet(question):
+        min_ratio = 0.0  # "which papers link their code?": a paper's property, not how close its topic is
     named = named_papers(question, result) if question else set()
     return [
         (h, result.papers[h.id])
@@ -331,6 +335,9 @@ class QuotePlan:
     listing: bool
     coverage: Coverage = field(default_factory=Coverage)  # what the quoted abstracts address
     refused: bool = False
+    # A list picked by the property asked of it ("which papers link their code?"): every line states it, so a
+    # loose topical match is no caveat.
+    by_facet: bool = False
 
     @property
     def caveat(self) -> str | None:
@@ -344,16 +351,18 @@ def quote_candidates(
     embedder: TextEmbedder,
     min_score: float = 0.0,
     keep: Sequence[int] = (),
+    links: bool = False,
 ) -> list[Candidate]:
     """Every quotable sentence of the sources (the first, ``keep`` and those scoring ``min_score`` or more: no
-    other can be quoted, so their sentences are not embedded), with its cosine to the question and its prior."""
+    other can be quoted, so their sentences are not embedded), with its cosine to the question and its prior;
+    with ``links``, the sentences that link code too."""
     import numpy as np
 
     cands = [
         (n, s)
         for n, (h, p) in enumerate(used, 1)
         if n == 1 or n in keep or h.score >= min_score
-        for s in quotable_sentences(p.abstract)
+        for s in quotable_sentences(p.abstract, links)
     ]
     if not cands and used:
         cands = [(1, " ".join(plain_text(used[0][1].abstract).split()))]
@@ -397,6 +406,10 @@ def plan_quotes(
     coverage_rules = coverage_rules or CoverageRules()
     if not used or not cands:
         return QuotePlan([], listing, refused=True)
+    if listed_by_facet(question):
+        plan = _listed_by_facet(cands, analysis, coverage_rules)
+        if plan is not None:
+            return plan
     top_score = used[0][0].score
     # The papers the question names, a comparison's sides first (Engine.ask retrieved each side on its own): each
     # is quoted, however close its sentence is.
@@ -450,9 +463,39 @@ def plan_quotes(
     return QuotePlan(lines, listing, coverage)
 
 
+# The facets that pick papers out of a list by what each abstract states of itself, whatever its topic.
+LISTED_BY_FACET = frozenset([CODE])
+
+
+def listed_by_facet(question: str) -> bool:
+    """Whether ``question`` asks for the papers that state a facet of themselves ("Which papers link their
+    code?"): every retrieved paper is then read, however far its topic is from the question's."""
+    return asks_for_papers(question) and asked_facet(question) in LISTED_BY_FACET
+
+
+def _listed_by_facet(cands: list[Candidate], analysis: Analysis, coverage_rules: CoverageRules) -> QuotePlan | None:
+    """ "Which papers link their code?": every retrieved paper with a sentence that states it, one line each, in
+    retrieval order; None when no paper does (then the list is planned as any other, and the coverage line says
+    the facet is missing)."""
+    states = analysis.facet_test()
+    stated: dict[int, str] = {}
+    for c in sorted(cands, key=lambda c: -c.cos):
+        if c.n not in stated and states(c.text):
+            stated[c.n] = c.text
+    if not stated:
+        return None
+    quoted = sorted(stated)
+    coverage = decide(analysis, quoted, coverage_rules)
+    coverage.listing = True
+    return QuotePlan([(n, stated[n]) for n in quoted], True, coverage, by_facet=True)
+
+
 def _inline(text: str) -> str:
     """Corpus text on one answer line: one line, and no brackets that could read as a citation."""
     return " ".join(text.split()).replace("[", "(").replace("]", ")")
+
+
+_SELF_LINK = re.compile(r"\[(https?://[^\]\s]+)\]\(\1\)")  # a Markdown link whose text is its address
 
 
 def extractive_text(plan: QuotePlan, used: list[tuple[Hit, Paper]], settings: Settings) -> Iterator[str]:
@@ -467,6 +510,7 @@ def extractive_text(plan: QuotePlan, used: list[tuple[Hit, Paper]], settings: Se
     intro = load_prompt(settings, "extractive_intro").strip()
     yield (f"{plan.caveat}; closest (quoted, no LLM):" if plan.caveat else intro) + "\n"
     for n, sentence in plan.lines:
+        sentence = _SELF_LINK.sub(r"\1", sentence)  # "[https://x](https://x)": the address once
         if plan.listing or plan.coverage.sides:
             yield f"- {_inline(used[n - 1][1].title)} — {sentence} [{n}]\n"
         else:
@@ -507,8 +551,11 @@ def prepare_quotes(
     analysis = analyse_sources(question, used, embedder, names_df)
     sides = named_sources(analysis)
     floor_ids = set(above_floor or ())
-    listed = [n for n, (h, _) in enumerate(used, 1) if h.id in floor_ids] if asks_for_papers(question) else []
-    return analysis, quote_candidates(question, used, embedder, min_score, [*sides, *listed])
+    listing = asks_for_papers(question)
+    if listed_by_facet(question):  # every retrieved paper may state it
+        return analysis, quote_candidates(question, used, embedder, keep=range(1, len(used) + 1), links=True)
+    listed = [n for n, (h, _) in enumerate(used, 1) if h.id in floor_ids] if listing else []
+    return analysis, quote_candidates(question, used, embedder, min_score, [*sides, *listed], analysis.facet == CODE)
 
 
 def extractive(
@@ -722,7 +769,8 @@ class AnswerStream:
                 self.question, used, self.embedder, s, self.names_df, above_floor=self.result.above_floor
             )
             coverage = plan.coverage
-            coverage.loose = self._loose() and not plan.refused  # before the text is read: its first line says it
+            # before the text is read: its first line says it
+            coverage.loose = self._loose() and not plan.refused and not plan.by_facet
             if plan.refused:  # no sentence of any source matches the question: nothing to quote
                 text = "".join(chunks)
                 yield text
@@ -830,11 +878,13 @@ class AnswerStream:
         )
 
     def _loose(self) -> bool:
-        """Whether the papers were found relevant only just: hybrid relevance under ``loose_match``."""
+        """Whether the papers were found relevant only just: hybrid relevance under ``loose_match``, and no sentence
+        of the first papers as close to the question as ``loose_sentence`` (the claim asked about, in other words)."""
         s = self.settings
         if not s.fused_relevance:
             return False  # another scale: the floor is the only call
-        return self.result.relevant and self.result.relevance < s.loose_match
+        close = s.loose_sentence and (self.result.sentence_match or 0.0) >= s.loose_sentence
+        return self.result.relevant and self.result.relevance < s.loose_match and not close
 
     def source_limit(self) -> int:
         """The papers an answer may read: ``context_papers``, or for a "which papers" list every retrieved one."""

@@ -540,14 +540,35 @@ def _looks_like_name(word: str, first: bool) -> bool:
     return word[:1].isupper() and not first and not _is_boiler(word)
 
 
+# Abbreviations whose full stop ends no sentence: the word after "e.g." may be a name.
+_ABBREVIATIONS = frozenset(["e.g", "i.e", "etc", "vs", "cf", "al", "approx", "resp", "viz"])
+# An adverb opening a sentence ("Mechanistically, how do ...?"): how something is asked, not what about. Not
+# one inside ("locally weighted regression", "tested empirically"): that is part of what is asked.
+_MANNER = re.compile(r"[a-z]{3,}(?:ically|ally|ously|ively|ently|antly|ably|ibly|edly|ingly|fully|lessly)$", re.I)
+# A quoted example ("reads 'Tom owns a bike and Sara owns a kite'"): its capitalised words are the example's
+# people and things, not names to look for. A quoted title ('Attention Is All You Need') has no lower-case run.
+_QUOTED = re.compile(r"(?<!\w)(?:'([^']+)'|\"([^\"]+)\"|\u2018([^\u2019]+)\u2019|\u201c([^\u201d]+)\u201d)(?!\w)")
+
+
+def _example_spans(q: str) -> list[tuple[int, int]]:
+    spans = []
+    for m in _QUOTED.finditer(q):
+        words = m.group().split()
+        if len(words) >= 4 and sum(w[:1].islower() for w in words) >= 2:
+            spans.append(m.span())
+    return spans
+
+
 def split_question(question: str) -> tuple[list[str], list[str]]:
     """(names, description phrases) of ``question``, each as written, in order, without repeats.
 
-    Adjacent name words make one name ("Gaussian Splatting"); a description phrase is a run of
-    content words between stop words, boilerplate and names ("speculative decoding").
+    Adjacent name words make one name ("Gaussian Splatting"), not words a comma or a bracket parts ("Llama,
+    Qwen"); a description phrase is a run of content words between stop words, boilerplate and names
+    ("speculative decoding").
     """
     q = plain_text(" ".join(question.split()))
     words = [(m.group(), m.start()) for m in _TOKEN.finditer(q)]
+    examples = _example_spans(q)
     names: list[str] = []
     phrases: list[str] = []
     run: list[str] = []
@@ -562,10 +583,23 @@ def split_question(question: str) -> tuple[list[str], list[str]]:
             names.append(" ".join(name_run))
             name_run.clear()
 
+    end = 0
     for i, (word, start) in enumerate(words):
         first = sentence_start or i == 0
-        sentence_start = q[start + len(word) : start + len(word) + 1] in (".", "?", "!")
+        sentence_start = q[start + len(word) : start + len(word) + 1] in (".", "?", "!") and (
+            word.lower() not in _ABBREVIATIONS
+        )
+        if name_run and q[end:start].strip():  # "Llama, Qwen": two names
+            names.append(" ".join(name_run))
+            name_run.clear()
+        end = start + len(word)
         word = _NAME_SUFFIX.sub("", _POSSESSIVE.sub("", word))  # "a temporal GNN's prediction": the name is GNN
+        if any(a <= start < b for a, b in examples) and not word[:1].islower():
+            close_runs()
+            continue
+        if first and _MANNER.fullmatch(word):
+            close_runs()
+            continue
         if _looks_like_name(word, first) and not (first and _is_boiler(word)):
             if run:
                 phrases.append(" ".join(run))
@@ -680,7 +714,8 @@ def scope_asked(question: str) -> str | None:
 
 # "Which papers ...", "Is there work on ...", "Are there papers ...": asked for a list of papers.
 _LISTING_STARTS = [
-    r"(?:which|what)\s+(?:papers?|works?|studies|articles)\b",  # "which papers ...", "what work ..."
+    # "which papers ...", "what work ...", "which of these papers ..."
+    r"(?:which|what)\s+(?:of\s+(?:these|the|those|all\s+the)\s+)?(?:papers?|works?|studies|articles|abstracts)\b",
     r"(?:is|are)\s+there\s+(?:any\s+)?(?:\w+\s+)?(?:papers?|works?|research|studies|articles)\b",  # "is there work"
     r"any\s+(?:papers?|work|research|studies)\s+(?:on|about)\b",  # "any papers on ..."
 ]
@@ -689,6 +724,13 @@ _LISTING = re.compile(r"^\W*(?:" + "|".join(_LISTING_STARTS) + ")", re.IGNORECAS
 
 _DATA_DESCRIBED = re.compile(
     r"\bdata\s+(?:that\s+|which\s+)?(?:lying|lies|lie|drawn|sampled|distributed|supported|concentrated|living)\b", re.I
+)
+
+
+_TIME_SAVED = re.compile(
+    r"\btime\b[^?]{0,40}?\b(?:sav(?:e|es|ed|ing|ings)|cut|cuts|reduc\w*|shorten\w*)\b|"
+    r"\b(?:sav(?:e|es|ed|ing)|cut|reduc\w*|shorten\w*)\b[^?]{0,20}?\btime\b",
+    re.I,
 )
 
 
@@ -712,10 +754,13 @@ def asked_facet(question: str) -> str | None:
     if asks_for_papers(question):
         # "Which papers study failure modes of diffusion models?": a topic of papers, not a facet of one paper
         # (as before, data and results are still read as asked: "which papers evaluate on GSM8K?").
-        return next((f for f, p in FACET_ASKED if f in (DATA, RESULTS) and p.search(question)), None)
+        # A paper's property asked of the list ("which papers link their code?") is the facet that picks the papers.
+        return next((f for f, p in FACET_ASKED if f in (DATA, RESULTS, CODE) and p.search(question)), None)
     for facet, pattern in FACET_ASKED:
         if facet == DATA and _DATA_DESCRIBED.search(question):
             continue  # "trained on data lying on a line": the setting studied, not which dataset
+        if facet == SETUP and _TIME_SAVED.search(question):
+            continue  # "how much time did it save?": a result, not a run's cost
         if pattern.search(question):
             return facet
     first = question.strip().lower().split(" ", 1)[0] if question.strip() else ""
@@ -907,6 +952,56 @@ def _defines_kind_of(abstract: str, acronym: str) -> bool:
     )
 
 
+def _versioned(stem: str, tokens: set[str]) -> bool:
+    """Whether ``tokens`` hold a version of the name ``stem``: "Qwen" of "Qwen2.5-7B" (the index keeps "qwen2")."""
+    if len(stem) < 3 or not stem.isalpha():
+        return False
+    return any(t.startswith(stem) and re.fullmatch(r"\d+[a-z]?", t[len(stem) :]) for t in tokens)
+
+
+def _spelt_out(acronym: str, abstract: str) -> bool:
+    """Whether ``abstract`` spells ``acronym`` out: consecutive content words of one sentence with its initials
+    ("VAE" of "Dirichlet variational autoencoder": a compound of two English words gives both initials). A run with
+    a stop word in it ("vary an encoder") is none."""
+    letters = acronym.lower()
+    for sentence in sentences(plain_text(abstract)):
+        words = [w.lower() for w in re.findall(r"[A-Za-z]+", sentence)]
+        for i in range(len(words)):
+            j, k = i, 0
+            while k < len(letters) and j < len(words):
+                w = words[j]
+                if len(w) <= 2 or w in STOPWORDS:
+                    break
+                if w[0] != letters[k]:
+                    break
+                k += 1
+                if k < len(letters) and _compound_initial(w, letters[k]):
+                    k += 1
+                j += 1
+            if k == len(letters) and not _defined_otherwise(sentence, words[i:j], letters):
+                return True
+    return False
+
+
+def _defined_otherwise(sentence: str, run: list[str], letters: str) -> bool:
+    """Whether ``sentence`` abbreviates a phrase ``run`` starts as something else: "temporal graph neural networks
+    (TGNN)" spells no TGN."""
+    pattern = r"\W+".join(map(re.escape, run)) + r"(?:\W+[A-Za-z]+){0,2}\W*\(([A-Za-z][\w-]*)\)"
+    m = re.search(pattern, sentence, re.I)
+    return m is not None and m.group(1).lower().rstrip("s") != letters
+
+
+def _compound_initial(word: str, letter: str) -> bool:
+    """Whether ``word`` is two English words of three letters or more, the second starting with ``letter``
+    ("autoencoder": auto, encoder)."""
+    from wordfreq import zipf_frequency
+
+    return any(
+        word[i] == letter and zipf_frequency(word[:i], "en") >= 2.5 and zipf_frequency(word[i:], "en") >= 2.5
+        for i in range(3, len(word) - 2)
+    )
+
+
 def name_found(
     name: str, sources: Sequence[tuple[str, str]], tokens: Sequence[set[str]], question: str | None = None
 ) -> list[int]:
@@ -914,7 +1009,14 @@ def name_found(
     Transformer" is not in an abstract that says "decision" once and "Transformer" later); hyphens count as spaces
     and the last word may take a plural s."""
     stems = keyword_tokens(name)
-    has = [n for n, toks in enumerate(tokens, 1) if all(t in toks for t in stems)]
+    acronyms = {
+        t for w in re.findall(r"[A-Za-z]+", name) if re.fullmatch(r"[A-Z]{3,6}s?", w) for t in keyword_tokens(w)
+    }
+    has = [
+        n
+        for n, toks in enumerate(tokens, 1)
+        if all(t in toks or _versioned(t, toks) or (t in acronyms and _spelt_out(t, sources[n - 1][1])) for t in stems)
+    ]
     figure = _FIGURE_NAME.fullmatch(name)
     if figure:
         return [n for n, (_, a) in enumerate(sources, 1) if n in has or _has_figure(a, figure, name, question)]

@@ -283,8 +283,9 @@ class SearchResult:
     filter_reason: str | None = None  # what excluded them, in words, when ``filtered_out``
     # The hits that reach the relevance floor on their own (a "which papers" answer lists each of them).
     above_floor: list[str] = field(default_factory=list)
-    # Under the floor, in the band where one sentence may decide (``Retriever._sentence_band``): the best cosine of
-    # a quotable sentence of the first papers to the question; None where it was not looked at.
+    # In the bands where one sentence may decide (``Retriever._sentence_band``: just under the floor, or relevant
+    # under ``loose_match``): the best cosine of a quotable sentence of the first papers to the question; None where
+    # it was not looked at.
     sentence_match: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -413,11 +414,11 @@ class Retriever:
         relevant = bool(hits) and relevance >= self.floor()
         above_floor = [h.id for h in hits if self.relevance([h], coverage) >= self.floor()]
         sentence = None
-        if hits and not relevant and vec is not None and self._sentence_band(relevance):
+        if hits and vec is not None and self._sentence_band(relevance, relevant):
             t2 = time.perf_counter()
             best = self._best_sentences(vec, judged[:SENTENCE_PAPERS], papers)
             sentence = round(max(best.values(), default=0.0), 4)
-            if sentence >= s.sentence_match:
+            if not relevant and sentence >= s.sentence_match:
                 relevant = True
                 above_floor = [pid for pid, cos in best.items() if cos >= s.sentence_match]
             timings["sentence_ms"] = _ms(t2)
@@ -443,13 +444,16 @@ class Retriever:
             sentence_match=sentence,
         )
 
-    def _sentence_band(self, relevance: float) -> bool:
-        """Whether a result under the floor may still pass on one sentence (``sentence_match``): hybrid only, as
-        the band is in the hybrid relevance's units, and never where a reranker's floor decides."""
+    def _sentence_band(self, relevance: float, relevant: bool) -> bool:
+        """Whether one sentence may decide: a result under the floor may still pass on it (``sentence_match``),
+        and a relevant one under ``loose_match`` is no loose match with it (``loose_sentence``). Hybrid only, as
+        the bands are in the hybrid relevance's units, and never where a reranker's floor decides."""
         s = self.settings
-        if not s.fused_relevance or not s.sentence_match:
+        if not s.fused_relevance:
             return False
-        return s.sentence_match_from <= relevance < s.min_score
+        if relevant:
+            return bool(s.loose_sentence) and relevance < s.loose_match
+        return bool(s.sentence_match) and s.sentence_match_from <= relevance < s.min_score
 
     def _best_sentences(self, vec: list[float], hits: list[Hit], papers: dict[str, Paper]) -> dict[str, float]:
         """Paper id -> the best cosine of its quotable sentences to the query vector ``vec``.

@@ -84,6 +84,12 @@ ES_DLLM = "Diffusion large language models (dLLMs) are emerging"
         # Read round 18: "The abstracts don't mention AIs" and "... GNN's".
         ("Can text AIs that fill in many blanks at once be sped up?", [], ["text"]),
         ("Which paper explains what drives a temporal GNN's prediction?", ["GNN"], ["temporal"]),
+        # Read round 21: names a question lists are each a name ("The abstracts don't mention Qwen LLaDA").
+        ("Which abstracts name the LLMs (e.g. Llama, Qwen, LLaDA) they ran on?", ["Llama", "Qwen", "LLaDA"], []),
+        # Read round 21: a manner adverb is no aspect ("The abstracts don't mention Mechanistically").
+        ("Mechanistically, how do LMs pick up a twisted arithmetic rule?", [], ["twisted arithmetic rule"]),
+        # Read round 19: the names of an example quoted in the question are no aspects ("... mention Tom or Sara").
+        ("If a chatbot reads 'Tom owns a bike and Sara owns a kite', who owns the kite?", [], ["kite"]),
     ],
 )
 def test_a_question_splits_into_names_and_descriptions_without_boilerplate(
@@ -95,6 +101,8 @@ def test_a_question_splits_into_names_and_descriptions_without_boilerplate(
         assert any(p in g for g in got_phrases), (p, got_phrases)
     boiler = {"need", "paper", "explores", "which", "method", "does", "use", "report"}
     assert not boiler & {w.lower() for g in got_phrases for w in g.split()}
+    assert not any(w.endswith("ically") for g in got_phrases for w in g.split())
+    assert not {"Tom", "Sara"} & {w for g in got_phrases for w in g.split()}
 
 
 @pytest.mark.parametrize(
@@ -113,6 +121,11 @@ def test_a_question_splits_into_names_and_descriptions_without_boilerplate(
         # A run's cost compared between two papers is still a run's cost: both sides' abstracts must state it.
         ("How much GPU memory does ABBA need during training compared with LoRA?", SETUP),
         ("how many minutes per structure does CryoNet.Refine need versus Phenix?", SETUP),
+        # Read round 21: time saved is a figure of the results, not a run's cost ("The abstracts don't mention training or compute
+        # details" of a paper that gives its cuts in training time).
+        ("How much time did it save for LLMs and for vision transformers?", FIGURES),
+        ("How much training time does the teaching method cut?", FIGURES),
+        ("How much time does one CryoNet.Refine run take?", SETUP),
         ("Is there a formal proof that Smooth-Leaky activations prevent plasticity loss?", PROOF),
         ("Has the federated payment mechanism been piloted with real hospitals?", VALIDATION),
         ("the paper that studies diffusion models trained on data lying on a line", None),
@@ -315,6 +328,31 @@ def test_which_papers_lists_every_paper_above_the_floor(engine: Engine) -> None:
     assert set(ans.citations) <= above
 
 
+@pytest.mark.parametrize(
+    "q",
+    [
+        "Which papers give a GitHub link to their code in the abstract?",
+        "Which of these papers link to a public GitHub repository with their code?",
+    ],
+)
+def test_which_papers_release_code_lists_the_papers_that_link_it(engine: Engine, q: str) -> None:
+    """Blind writers asked this in each of rounds 17 to 21: it was answered with the loose-match line and quoted
+    sentences about the methods (link sentences are no quotes for a topic), one or two of the three papers that give
+    a link. A paper's property asked of a list is answered by the papers whose abstracts state it, each with its
+    sentence; a paper that only promises code later is no link."""
+    ans = engine.ask(q, ExtractiveBackend(engine.settings)).run()
+    linked = {seed_id("Our code is publicly available at: https://github.com/CERT-Lab/abba")}
+    linked |= {seed_id("https://github.com/paoch"), seed_id("https://github.com/NJU-RL")}
+    assert not ans.refused and set(ans.citations) == linked, ans.citations
+    assert ans.uncovered == [] and ans.caveat is None, ans.uncovered
+    lines = [ln for ln in ans.answer.splitlines() if ln.startswith("- ")]
+    assert len(lines) == 3 and all(ln.count("https://github.com") == 1 for ln in lines), lines
+    assert ans.claims and not ans.unsupported, ans.unsupported
+    # Asked of one paper that gives no link, the code is still said missing.
+    one = engine.ask("Is the code of PepBenchmark on GitHub?", ExtractiveBackend(engine.settings)).run()
+    assert one.refused or one.uncovered, one.answer
+
+
 def test_two_topics_asked_of_one_paper_are_covered_only_by_a_paper_joining_them() -> None:
     q = "Which papers apply diffusion models to biomolecular 3D structures?"
     rna = ("RNA", "A discrete diffusion model designs RNA sequences and their biomolecular 3D structures.")
@@ -410,6 +448,27 @@ def test_a_relevant_but_loose_match_is_said_first(engine: Engine) -> None:
     assert ans.answer.startswith("The abstracts match this question only loosely")
     off = Engine(engine.settings.model_copy(update={"loose_match": 0.0}), engine.index)
     assert off.ask(q, ExtractiveBackend(off.settings)).run().uncovered == []
+
+
+def test_a_loose_match_with_a_close_sentence_is_answered_plainly(engine: Engine) -> None:
+    """Read rounds 4 to 21: of the questions under ``loose_match``, 12 answerable ones had a sentence of their first
+    three papers at cosine 0.42 or more to the question, and no near-miss without an unknown name did (the closest,
+    0.399: "why does my AI image generator mess up hands and fingers?"). Such a sentence is the claim asked about,
+    in other words: the match is not loose. A lay near-miss in the same band keeps the line."""
+    s = engine.settings
+    q = (
+        "When an AI assistant tries to tailor its answer to someone it has never chatted with before, does that "
+        "actually turn out better than just giving everyone the same answer?"
+    )
+    result = engine.search(q)
+    assert result.relevant and s.min_score <= result.relevance < s.loose_match, result.relevance
+    assert result.sentence_match is not None and result.sentence_match >= s.loose_sentence, result.sentence_match
+    ans = engine.ask(q, ExtractiveBackend(s)).run()
+    assert not ans.refused and ans.uncovered == [] and ans.caveat is None, ans.uncovered
+    near = "Why do translation apps get idioms and slang so wrong?"
+    result = engine.search(near)
+    assert result.relevant and result.relevance < s.loose_match and (result.sentence_match or 0) < s.loose_sentence
+    assert LOOSE_MATCH in engine.ask(near, ExtractiveBackend(s)).run().uncovered
 
 
 @pytest.mark.parametrize(
@@ -638,6 +697,24 @@ def test_an_acronym_is_found_in_an_abstract_defining_a_kind_of_it() -> None:
     toks = [set(paper_text(t, a).split()) for t, a in src]
     assert name_found("GNNs", src, toks, "How are temporal GNNs explained?") == [1]
     assert name_found("TGN", src, toks, "Does TGN use memory modules?") == []  # "(TGNN)" starts with it: no kind
+
+
+def test_a_versioned_model_and_a_spelt_out_acronym_are_found() -> None:
+    """Read round 21: "Qwen" of an abstract that names "Qwen2.5-7B", and "Dirichlet VAE" of one that says "Dirichlet
+    variational autoencoder", were said missing."""
+    src = [
+        ("Judges", "Results with Llama-3-8B-Instruct and Qwen2.5-7B show gains."),
+        ("DirMoE", "A routing mechanism built on a Dirichlet variational autoencoder framework."),
+    ]
+    toks = [set(paper_text(t, a).split()) for t, a in src]
+    assert name_found("Qwen", src, toks, "Which papers use Qwen?") == [1]
+    assert name_found("Dirichlet VAE", src, toks, "What does the Dirichlet VAE router do?") == [2]
+    assert name_found("VAE", src, toks, "Which papers use a VAE?") == [2]
+    # Not a shorter name, nor the initials of words that run across a sentence or take in a stop word.
+    assert name_found("Qwe", src, toks, "Does Qwe help?") == []
+    assert name_found("GAN", src, toks, "Which papers use a GAN?") == []
+    other = [("X", "We vary an encoder. Results vary. Adding encoders helps.")]
+    assert name_found("VAE", other, [set(paper_text(*other[0]).split())], "a VAE?") == []
 
 
 def test_ask_json_and_the_cli_carry_the_uncovered_line(seeded: Settings) -> None:

@@ -181,9 +181,10 @@ def sentences(text: str) -> list[str]:
     return [s for s in (p.strip() for p in _SENTENCE_END.split(" ".join(text.split()))) if s]
 
 
-def quotable_sentences(abstract: str) -> list[str]:
+def quotable_sentences(abstract: str, links: bool = False) -> list[str]:
     """The sentences of ``abstract`` an answer may quote, as a reader sees them (``plain_text``): exactly the
     sentences the sources panel highlights, claims are checked against and retrieval's sentence evidence reads.
-    Links to code or data answer nothing, so they are left out."""
+    Links to code or data answer no question about a topic, so they are left out unless ``links`` (a question
+    about where the code is)."""
     parts = sentences(plain_text(abstract))
-    return [s for s in parts if len(s.split()) >= 4 and not re.search(r"https?://|github\.com|\bwww\.", s)]
+    return [s for s in parts if len(s.split()) >= 4 and (links or not re.search(r"https?://|github\.com|\bwww\.", s))]
