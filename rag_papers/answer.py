@@ -406,7 +406,7 @@ def plan_quotes(
     coverage_rules = coverage_rules or CoverageRules()
     if not used or not cands:
         return QuotePlan([], listing, refused=True)
-    if listed_by_facet(question):
+    if listing and analysis.facet in LISTED_BY_FACET:  # ``listed_by_facet``, on the facet analysed once
         plan = _listed_by_facet(cands, analysis, coverage_rules)
         if plan is not None:
             return plan
@@ -552,7 +552,7 @@ def prepare_quotes(
     sides = named_sources(analysis)
     floor_ids = set(above_floor or ())
     listing = asks_for_papers(question)
-    if listed_by_facet(question):  # every retrieved paper may state it
+    if listing and analysis.facet in LISTED_BY_FACET:  # every retrieved paper may state it
         return analysis, quote_candidates(question, used, embedder, keep=range(1, len(used) + 1), links=True)
     listed = [n for n, (h, _) in enumerate(used, 1) if h.id in floor_ids] if listing else []
     return analysis, quote_candidates(question, used, embedder, min_score, [*sides, *listed], analysis.facet == CODE)
