@@ -75,7 +75,7 @@ _NAMED_HEADS = (
     r"games?|environments?|simulators?|languages?|backbones?|baselines?|architectures?|LLMs?|"
     r"(?:frontier|base|pretrained|pre-trained|foundation|teacher|student|backbone|reference|judge) (?:[\w-]+ )?models?|"
     r"(?:language|vision|reward) models?|encoders?|robots?|libraries|toolkits?|solvers?|organisms?|species|"
-    r"hardware|chips?|accelerators?"
+    r"hardware|chips?|accelerators?|engines?"
 )
 # A number asked for: "how much", "by how much", "the exact accuracy", "what FID numbers". ("How many GPUs"
 # and the like are training details, asked before.)
@@ -635,7 +635,7 @@ _YES_NO = (
 )
 _SCOPE_ASKED = re.compile(
     _YES_NO + r"[^?]*?"
-    r"\b(?:also|still|ever|carr(?:y|ies) over|transfers?|extends?|generali[sz]es?|includes?|covers?|"
+    r"\b(?:also|still|ever|carr(?:y|ies) over|transfers?(?!\s+(?:functions?|learning)\b)|extends?|generali[sz]es?|includes?|covers?|"
     r"appl(?:y|ies) to|works? (?:for|on|with)|(?:evaluated|tested|benchmarked|applied|validated) "
     r"(?=on|in|against|with|to)|(?:robust|resistant|vulnerable|sensitive|immune) (?=to|against))\b(?P<rest>[^?]*)",
     re.I,
@@ -709,7 +709,17 @@ def scope_asked(question: str) -> str | None:
             return None
         obj = _LAST_OBJECT.match(c.group("before"))
         target = (obj.group(1) if obj else c.group("before")).strip(" ?.,")
+    if m and not obj and _content(target) <= _QUALITY_KEPT:
+        return None  # "still answer correctly", "still accurate": whether quality holds, not a setting reached
     return target if any(t not in _boiler_stems() for t in keyword_tokens(target)) else None
+
+
+# What "does it still ...?" asks of quality, with no setting after it (read round 22).
+_QUALITY_KEPT = frozenset(
+    t
+    for w in ["accurate", "accuracy", "correct", "correctly", "answer", "work", "perform", "well", "good", "reliable"]
+    for t in keyword_tokens(w)
+)
 
 
 # "Which papers ...", "Is there work on ...", "Are there papers ...": asked for a list of papers.
@@ -738,8 +748,20 @@ def asks_for_papers(question: str) -> bool:
     return bool(_LISTING.match(question))
 
 
+# "decide which experts fire and how much weight each one gets": an indirect question (its subject before its verb),
+# part of what the question asks how to do, not an amount asked for (read round 22). "and how much memory does it
+# save?" and "and how many samples?" ask for one.
+_INDIRECT_AMOUNT = re.compile(
+    r"\band\s+how (?:much|many)\b"
+    r"(?!(?:\s+[\w-]+){0,4}?\s+(?:is|are|was|were|do|does|did|can|could|will|would|has|have|had|should)\b)"
+    r"(?!(?:\s+[\w-]+){0,3}\s*[?.]?\s*$)",
+    re.I,
+)
+
+
 def asked_facet(question: str) -> str | None:
     """The facet ``question`` asks for, by its wording (None: what the papers do in general)."""
+    question = _INDIRECT_AMOUNT.sub("and", question)
     if comparison_sides(question):
         # "How many minutes does CryoNet.Refine take compared with Phenix?" asks for a run's cost, on both sides
         return SETUP if _ASKED[SETUP].search(question) else COMPARISON

@@ -28,9 +28,11 @@ from rag_papers.coverage import (
     LOOSE_MATCH,
     NAMED,
     PROOF,
+    RESULTS,
     SCOPE,
     SETUP,
     VALIDATION,
+    WHY,
     CoverageRules,
     analyse,
     asked_facet,
@@ -262,6 +264,44 @@ def test_a_scope_question_is_covered_only_by_the_paper_asked_about_naming_the_ta
     assert "convolutional networks or graph neural networks" in [a.text for a in cov.uncovered]
     gnn = ("AtteNT on graphs", "AtteNT also teaches graph neural networks, speeding up their training.")
     assert decide(analyse(q, [gnn], None), [1]).uncovered == []
+
+
+@pytest.mark.parametrize(
+    ("question", "facet"),
+    [
+        # Read round 22: "still answer correctly" asks whether quality holds, not whether the paper reaches a
+        # setting ("The abstracts don't mention answer correctly").
+        (
+            "Can reasoning AI models stop 'overthinking' and still answer correctly, and how much shorter do their "
+            "reasoning chains get?",
+            RESULTS,  # "how much shorter": a result
+        ),
+        ("Does early exit make them faster and still accurate?", None),
+        ("Does the STEDF detector still work against adaptive attackers?", SCOPE),
+        # Read round 22: a "transfer function" is a thing, not a verb that carries a method over.
+        (
+            "Can changing only the per-neuron transfer function keep a network able to pick up new tasks after a long "
+            "stream of shifting ones?",
+            None,
+        ),
+        ("Did the controllers found by zero-shot evolution transfer to physically built robots?", SCOPE),
+        # Read round 22: "decide which specialists to switch on and how much weight each one gets" asks how, not for
+        # a figure: an indirect question keeps the subject before its verb.
+        (
+            "How can a model made of many specialist sub-networks decide, in a way gradients can flow through, both "
+            "which specialists to switch on and how much weight each one gets?",
+            HOW,
+        ),
+        ("Does ABBA beat LoRA, and how much memory does it save?", SETUP),
+        ("Which dataset did it use, and how many samples?", FIGURES),  # elliptical, after a comma: still asked
+        ("What does TemGX explain, and how many times faster is it?", FIGURES),
+        # Read rounds 17, 18 and 22 each asked blind which physics engine the robot paper used: a name asked for.
+        ("Which differentiable physics engine did the zero-shot evolution work on robot morphology use?", NAMED),
+        ("why do multilingual search engines keep showing me English pages?", WHY),
+    ],
+)
+def test_an_indirect_question_or_a_quality_kept_is_no_facet_of_its_own(question: str, facet: str | None) -> None:
+    assert asked_facet(question) == facet
 
 
 def test_a_paper_looked_for_is_no_scope_question() -> None:
