@@ -22,17 +22,21 @@ from rag_papers.corpus import Paper, plain_text, quotable_sentences, sentences
 from rag_papers.coverage import (
     CODE,
     DESCRIPTION,
+    LISTED_BY_FACET,
     NAME,
     Analysis,
     Coverage,
     CoverageRules,
+    addresses,
     analyse,
-    asked_facet,
     asks_for_papers,
     decide,
+    facet_topic,
     ignored_name,
+    listed_by_facet,
     name_found,
     split_question,
+    topic_text,
 )
 from rag_papers.keyword import paper_text
 from rag_papers.llm import Backend, Message, estimate_tokens
@@ -463,20 +467,14 @@ def plan_quotes(
     return QuotePlan(lines, listing, coverage)
 
 
-# The facets that pick papers out of a list by what each abstract states of itself, whatever its topic.
-LISTED_BY_FACET = frozenset([CODE])
-
-
-def listed_by_facet(question: str) -> bool:
-    """Whether ``question`` asks for the papers that state a facet of themselves ("Which papers link their
-    code?"): every retrieved paper is then read, however far its topic is from the question's."""
-    return asks_for_papers(question) and asked_facet(question) in LISTED_BY_FACET
-
-
 def _listed_by_facet(cands: list[Candidate], analysis: Analysis, coverage_rules: CoverageRules) -> QuotePlan | None:
     """ "Which papers link their code?": every retrieved paper with a sentence that states it, one line each, in
     retrieval order; None when no paper does (then the list is planned as any other, and the coverage line says
-    the facet is missing)."""
+    the facet is missing).
+
+    A topic asked with it ("papers on speech recognition that release code") is asked too: only the papers that
+    address it are listed, and when none does, those stating the facet are the closest, after a line saying the
+    topic is missing."""
     states = analysis.facet_test()
     stated: dict[int, str] = {}
     for c in sorted(cands, key=lambda c: -c.cos):
@@ -484,8 +482,15 @@ def _listed_by_facet(cands: list[Candidate], analysis: Analysis, coverage_rules:
             stated[c.n] = c.text
     if not stated:
         return None
-    quoted = sorted(stated)
+    topic = facet_topic(analysis)
+    on_topic = [n for n in sorted(stated) if all(addresses(ev, n, coverage_rules) for ev in topic)]
+    quoted = on_topic or sorted(stated)
     coverage = decide(analysis, quoted, coverage_rules)
+    if not on_topic:
+        missing = {ev.aspect.text for ev in topic if not any(addresses(ev, n, coverage_rules) for n in quoted)}
+        for a in coverage.aspects:
+            if a.text in missing:
+                a.covered, a.text = False, topic_text(a.text, analysis.facet)
     coverage.listing = True
     return QuotePlan([(n, stated[n]) for n in quoted], True, coverage, by_facet=True)
 

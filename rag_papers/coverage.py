@@ -748,6 +748,91 @@ def asks_for_papers(question: str) -> bool:
     return bool(_LISTING.match(question))
 
 
+# The facets that pick papers out of a list by what each abstract states of itself, whatever its topic.
+LISTED_BY_FACET = frozenset([CODE])
+# The words such a question uses for the facet itself ("give a public GitHub link to their code"): no topic.
+_FACET_WORDS = {
+    CODE: frozenset(
+        t
+        for w in [
+            "code",
+            "codes",
+            "github",
+            "repository",
+            "repositories",
+            "repo",
+            "link",
+            "links",
+            "linked",
+            "url",
+            "public",
+            "publicly",
+            "available",
+            "release",
+            "released",
+            "open",
+            "source",
+            "open-source",
+            "implementation",
+            "give",
+            "gives",
+            "provide",
+            "provides",
+            "share",
+            "shares",
+            "shared",
+            "abstract",
+            "abstracts",
+            "right",
+            "directly",
+        ]
+        for t in keyword_tokens(w)
+    )
+}
+
+
+def listed_by_facet(question: str) -> bool:
+    """Whether ``question`` asks for the papers that state a facet of themselves ("Which papers link their
+    code?"): every retrieved paper is then read, however far its topic is from the question's."""
+    return asks_for_papers(question) and asked_facet(question) in LISTED_BY_FACET
+
+
+def only_facet_asked(question: str) -> str | None:
+    """The facet a question asks papers for and nothing else ("Which of these papers give a public GitHub
+    repository for their code?"), else None: its evidence is a paper stating it, not a topic's closeness."""
+    if not listed_by_facet(question):
+        return None
+    facet = asked_facet(question)
+    assert facet is not None  # listed_by_facet
+    return facet if not _content(question) - _FACET_WORDS[facet] else None
+
+
+def facet_topic(analysis: Analysis) -> list[_Evidence]:
+    """The aspects of a list-by-facet question besides the facet ("speech recognition" in "which papers on
+    speech recognition release their code?")."""
+    words = _FACET_WORDS.get(analysis.facet or "", frozenset())
+    return [e for e in analysis.evidence if e.aspect.kind in (NAME, DESCRIPTION) and _content(e.aspect.text) - words]
+
+
+def topic_text(text: str, facet: str | None) -> str:
+    """An aspect's words without the facet's own at its ends: "speech recognition release" -> "speech recognition"."""
+    words = _FACET_WORDS.get(facet or "", frozenset())
+    parts = text.split()
+    while parts and not _content(parts[-1]) - words:
+        parts.pop()
+    while parts and not _content(parts[0]) - words:
+        parts.pop(0)
+    return " ".join(parts) or text
+
+
+def addresses(ev: _Evidence, n: int, rules: CoverageRules) -> bool:
+    """Whether source ``n`` addresses one aspect on its own: a name found in it, a description's words or a
+    sentence close in meaning."""
+    if ev.aspect.kind != DESCRIPTION:
+        return n in ev.found
+    return ev.share.get(n, 0.0) >= rules.word_share or ev.cos.get(n, (0.0, ""))[0] >= rules.describe_floor
+
+
 # "decide which experts fire and how much weight each one gets": an indirect question (its subject before its verb),
 # part of what the question asks how to do, not an amount asked for (read round 22). "and how much memory does it
 # save?" and "and how many samples?" ask for one.

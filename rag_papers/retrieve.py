@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from rag_papers import RagPapersError
 from rag_papers.config import Settings, TopK, Year, validation_message
 from rag_papers.corpus import Paper, quotable_sentences, safe_text, sentences
+from rag_papers.coverage import only_facet_asked, states_facet
 from rag_papers.index import Index
 from rag_papers.keyword import BM25_K1, keyword_query, keyword_tokens, lucene_idf, paper_text, useful_terms
 from rag_papers.store import passage_text
@@ -422,6 +423,12 @@ class Retriever:
                 relevant = True
                 above_floor = [pid for pid, cos in best.items() if cos >= s.sentence_match]
             timings["sentence_ms"] = _ms(t2)
+        if hits and not relevant and (facet := only_facet_asked(query)):
+            # "Which papers link their code?" asks for a property of the papers, not a topic: a paper stating it
+            # is the evidence, however far its words are from the question's (read round 23: relevance 0.26).
+            states = states_facet(query, facet, [])
+            stated = [h.id for h in judged if any(map(states, quotable_sentences(papers[h.id].abstract, True)))]
+            relevant, above_floor = bool(stated), stated or above_floor
         # Nothing left because of the filters: candidates were turned away, or the vector store's
         # filter (year, venue) matched no vector at all in a non-empty index.
         excluded = (

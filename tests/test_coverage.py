@@ -373,6 +373,9 @@ def test_which_papers_lists_every_paper_above_the_floor(engine: Engine) -> None:
     [
         "Which papers give a GitHub link to their code in the abstract?",
         "Which of these papers link to a public GitHub repository with their code?",
+        # Read round 23: refused, its relevance (0.26) under the band where one sentence may pass it. It asks only
+        # for the papers' code, so the papers that link it are the evidence.
+        "Which of these papers give a public GitHub repository for their code?",
     ],
 )
 def test_which_papers_release_code_lists_the_papers_that_link_it(engine: Engine, q: str) -> None:
@@ -391,6 +394,18 @@ def test_which_papers_release_code_lists_the_papers_that_link_it(engine: Engine,
     # Asked of one paper that gives no link, the code is still said missing.
     one = engine.ask("Is the code of PepBenchmark on GitHub?", ExtractiveBackend(engine.settings)).run()
     assert one.refused or one.uncovered, one.answer
+
+
+def test_code_asked_of_papers_on_a_topic_lists_only_papers_on_it(engine: Engine) -> None:
+    """ "Which papers on speech recognition release their code on GitHub?" listed ABBA, STEDiff and S-ICQL, plain:
+    the papers were picked for their code however far their topic was. The topic is asked too: a paper is listed
+    only when it addresses it, and when none does, the answer says so first."""
+    backend = ExtractiveBackend(engine.settings)
+    none = engine.ask("Which papers on speech recognition release their code on GitHub?", backend).run()
+    assert none.refused or "speech recognition" in none.uncovered, (none.uncovered, none.answer)
+    stediff = seed_id("https://github.com/paoch")
+    some = engine.ask("Which papers on backdoor attacks release their code on GitHub?", backend).run()
+    assert not some.refused and some.citations == [stediff] and some.uncovered == [], (some.citations, some.answer)
 
 
 def test_two_topics_asked_of_one_paper_are_covered_only_by_a_paper_joining_them() -> None:
