@@ -198,6 +198,7 @@ FACET_CUES: dict[str, re.Pattern[str]] = {
     ),
     LIMITATIONS: re.compile(
         r"\b(?:limitations?|limited to|fails?\b|failure|cannot|can't|does not (?:scale|generali[sz]e|apply)|"
+        r"patholog(?:y|ies)|collapses?\b|"
         r"struggles?|drawbacks?|weakness|only (?:applies|works|holds)|restricted to|at the (?:cost|expense) of|"
         r"trade-?offs?|future work|remains? (?:challenging|difficult|open)|leave[s]? .{0,40} (?:open|future)|"
         r"the (?:main )?(?:issue|problem|downside|catch) (?:with|is)|detrimental|downsides?)",
@@ -323,7 +324,9 @@ _OWN_LIMITS = re.compile(
     re.I,
 )
 _ASKS_OTHERS = re.compile(
-    r"\b(?:motivat\w*|existing|prior|previous|current|conventional|traditional|standard|other|earlier)\b", re.I
+    r"\b(?:motivat\w*|existing|prior|previous|current|conventional|traditional|standard|other|earlier|"
+    r"identif\w*|warn\w*|discover\w*|uncover\w*|reveal\w*)\b",  # "a failure mode the paper identified"
+    re.I,
 )
 # Where a named thing stands when a sentence names what was used: after "on", "across", "including", "such
 # as", a comma or "and" of a list ("evaluated on GSM8K and MATH"), not as a subject ("While MuZero enables").
@@ -1381,7 +1384,24 @@ def decide(analysis: Analysis, read: Sequence[int], rules: CoverageRules | None 
                 unknown = a.df == 0 or not rules.describe_absent_only  # no indexed abstract has any of its words
                 a.covered = not unknown or close[0] >= rules.describe_floor or not technical(a.text, rules)
         cov.aspects.append(a)
+    _either_covers(cov, analysis.question)
     return cov
+
+
+def _either_covers(cov: Coverage, question: str) -> None:
+    """Two descriptions asked as alternatives ("explain, theoretically or mechanistically, how ...") are covered
+    when either is (read round 23: "The abstracts don't mention mechanistically"). Not names: "DoRA or LoRA"
+    asks of each, and one the abstracts lack is still worth saying."""
+    flat = " ".join(question.lower().split())
+    for a in cov.aspects:
+        if a.covered or a.kind != DESCRIPTION:
+            continue
+        for b in cov.aspects:
+            if b is not a and b.covered and b.kind == DESCRIPTION:
+                x, y = a.text.lower(), b.text.lower()
+                if f"{x} or {y}" in flat or f"{y} or {x}" in flat:
+                    a.covered, a.source, a.evidence = True, b.source, b.evidence
+                    break
 
 
 @lru_cache(maxsize=4096)

@@ -218,6 +218,18 @@ def test_the_facet_a_question_asks_for(question: str, facet: str | None) -> None
             "However, existing methods are limited to short contexts.",
             True,
         ),
+        # Read round 23: a failure a paper identified in another approach is its finding, said as a pathology.
+        (
+            "I remember a paper about evolving robot bodies with one shared controller that identified a failure mode "
+            "in which the designs become too alike. What was it called?",
+            "We find the latter results in diversity collapse, a previously unknown pathology whereby designs converge.",
+            True,
+        ),
+        (
+            "What are the limitations of zero-shot evolution?",
+            "We find the latter results in diversity collapse, a previously unknown pathology whereby designs converge.",
+            False,
+        ),
         # Names asked for: one standing where a thing used is named, not a subject, the field or the paper's own.
         # "Which families of ...?" is answered by what each is based on (read round 14), no other question is.
         (
@@ -394,6 +406,16 @@ def test_which_papers_release_code_lists_the_papers_that_link_it(engine: Engine,
     # Asked of one paper that gives no link, the code is still said missing.
     one = engine.ask("Is the code of PepBenchmark on GitHub?", ExtractiveBackend(engine.settings)).run()
     assert one.refused or one.uncovered, one.answer
+
+
+def test_either_of_two_alternatives_covers_the_pair() -> None:
+    """Read round 23: "Which papers try to explain, theoretically or mechanistically, how transformers learn tasks in
+    context?" said "The abstracts don't mention mechanistically" of a theory paper."""
+    q = "Which papers try to explain, theoretically or mechanistically, how transformers learn tasks in context?"
+    theory = ("ICL theory", "We theoretically show that transformers learn tasks in context by Bayesian averaging.")
+    assert decide(analyse(q, [theory], None, lambda w: 0 if w == "mechanistically" else 3), [1]).uncovered == []
+    both = q.replace(" or ", " and ")  # both asked: each must be covered
+    assert decide(analyse(both, [theory], None, lambda w: 0 if w == "mechanistically" else 3), [1]).uncovered
 
 
 def test_code_asked_of_papers_on_a_topic_lists_only_papers_on_it(engine: Engine) -> None:
