@@ -199,6 +199,9 @@ FACET_CUES: dict[str, re.Pattern[str]] = {
     LIMITATIONS: re.compile(
         r"\b(?:limitations?|limited to|fails?\b|failure|cannot|can't|does not (?:scale|generali[sz]e|apply)|"
         r"patholog(?:y|ies)|collapses?\b|"
+        # what another approach is held back by (its limits, asked of the paper that points them out)
+        r"(?:limited|constrained|bottlenecked|hampered|hindered) by|suffers? from|still rel(?:y|ies) on|"
+        r"sensitiv\w* to|(?:computationally|prohibitively) expensive|slow(?:er)? (?:[\w-]+ )?convergence|"
         r"struggles?|drawbacks?|weakness|only (?:applies|works|holds)|restricted to|at the (?:cost|expense) of|"
         r"trade-?offs?|future work|remains? (?:challenging|difficult|open)|leave[s]? .{0,40} (?:open|future)|"
         r"the (?:main )?(?:issue|problem|downside|catch) (?:with|is)|detrimental|downsides?)",
@@ -325,9 +328,30 @@ _OWN_LIMITS = re.compile(
 )
 _ASKS_OTHERS = re.compile(
     r"\b(?:motivat\w*|existing|prior|previous|current|conventional|traditional|standard|other|earlier|"
-    r"identif\w*|warn\w*|discover\w*|uncover\w*|reveal\w*)\b",  # "a failure mode the paper identified"
+    r"identif\w*|warn\w*|discover\w*|uncover\w*|reveal\w*|point(?:s|ed)? out|classical)\b",  # "a failure it identified"
     re.I,
 )
+# "What shortcoming of adapter-only tuning pushes people to ...?", "What weaknesses of classical imaging does the
+# analysis explain?": the limits of one thing, asked of another (not "What are the limitations of ABBA?").
+_LIMITS_OF = re.compile(
+    r"\b(?:limitations?|limits|weakness(?:es)?|drawbacks?|shortcomings?|downsides?) (?:of|in|with) "
+    r"(?:the |a |an )?(?P<of>[^?;]+?)(?:,[^?]*?)?\s+(?:does|do|did|push\w*|motivat\w*|lead\w*|drive\w*|make\w*)\b",
+    re.I,
+)
+
+
+def _asks_others_limits(question: str, own: set[str]) -> bool:
+    """Whether the limits asked for are another approach's: said so ("existing", "what it points out"), or the
+    limits of something that is none of the question's or the sources' own terms ("What are the limitations of
+    ABBA?" asks for ABBA's own)."""
+    if _ASKS_OTHERS.search(question):
+        return True
+    m = _LIMITS_OF.search(question)
+    if not m or re.fullmatch(r"(?:it|this|them|these|its|their)\b.*", m.group("of"), re.I):
+        return False
+    return not any(w.lower() in own for w in re.findall(r"[\w.+-]+", m.group("of")))
+
+
 # Where a named thing stands when a sentence names what was used: after "on", "across", "including", "such
 # as", a comma or "and" of a list ("evaluated on GSM8K and MATH"), not as a subject ("While MuZero enables").
 _OBJECT_OF = re.compile(
@@ -1014,7 +1038,7 @@ def states_facet(question: str, facet: str | None, names: Sequence[str]) -> Call
         need = (len(focus) + 1) // 2  # "false-positive rate": not any number beside a "rate"
         return lambda s: bool(_FIGURE.search(s)) and len(focus & set(keyword_tokens(s))) >= need
     if facet == LIMITATIONS:
-        if _ASKS_OTHERS.search(question):  # "what drawbacks of adapter tuning motivate ...?": others' limits
+        if _asks_others_limits(question, own):  # "what drawbacks of adapter tuning motivate ...?": others' limits
             return lambda s: bool(FACET_CUES[LIMITATIONS].search(s))
         return lambda s: bool(_OWN_LIMITS.search(s)) and not _OTHERS.search(s)
     cue = FACET_CUES.get(facet or "")

@@ -25,6 +25,7 @@ from rag_papers.coverage import (
     DATA,
     FIGURES,
     HOW,
+    LIMITATIONS,
     LOOSE_MATCH,
     NAMED,
     PROOF,
@@ -406,6 +407,52 @@ def test_which_papers_release_code_lists_the_papers_that_link_it(engine: Engine,
     # Asked of one paper that gives no link, the code is still said missing.
     one = engine.ask("Is the code of PepBenchmark on GitHub?", ExtractiveBackend(engine.settings)).run()
     assert one.refused or one.uncovered, one.answer
+
+
+@pytest.mark.parametrize(
+    ("question", "sentence", "names", "states"),
+    [
+        # Read rounds 18, 20 and 21: another approach's shortcomings, asked of the paper that points them out, are
+        # stated as what that approach is limited by or relies on.
+        (
+            "In the paper arguing that LoRA's expressivity is capped by its rank, what shortcoming do they point out "
+            "in HiRA?",
+            "Recent methods like HiRA aim to increase expressivity, but still rely on the structure of the weights.",
+            ["LoRA", "HiRA"],
+            True,
+        ),
+        (
+            "What weaknesses of classical seismic waveform-matching imaging does the lazy-training analysis explain?",
+            "Conventional FWI methods are limited by their notorious sensitivity to the accuracy of the initial models.",
+            [],
+            True,
+        ),
+        (
+            "What shortcoming of adapter-only tuning pushes some people to update the whole backbone?",
+            "However, both approaches have inherent limitations: PEFT often struggles to learn new knowledge.",
+            ["ABBA"],
+            True,
+        ),
+        # ... not the paper's own limits, asked of it by its name.
+        (
+            "What are the limitations of ABBA?",
+            "Recent methods like HiRA aim to increase expressivity, but still rely on the structure of the weights.",
+            ["ABBA"],
+            False,
+        ),
+        (
+            "What limitations does ABBA have?",
+            "Conventional methods are limited by their sensitivity to the initial models.",
+            ["ABBA"],
+            False,
+        ),
+    ],
+)
+def test_others_limits_are_read_when_the_question_asks_for_them(
+    question: str, sentence: str, names: list[str], states: bool
+) -> None:
+    assert asked_facet(question) == LIMITATIONS
+    assert states_facet(question, LIMITATIONS, names)(sentence) is states
 
 
 def test_either_of_two_alternatives_covers_the_pair() -> None:
