@@ -108,7 +108,8 @@ FACET_ASKED: list[tuple[str, re.Pattern[str]]] = [
         SETUP,
         re.compile(
             r"\b(?:GPUs?|TPUs?|GPU[- ]hours?|hardware|learning[- ]rate|batch[- ]sizes?|hyper-?parameters?|epochs?|"
-            r"model sizes?|how many parameters|(?:what|which) (?:[\w-]+ )?parameter counts?|"
+            r"model sizes?|how many (?:trainable |learnable )?parameters|(?:what|which) (?:[\w-]+ )?parameter counts?|"
+            r"(?:what|which) (?:LoRA |adapter )?ranks?\b(?! (?:of|do|does|did)\b)|"
             # "what context length": a setting asked for; "beyond the training context length": a result
             r"how many (?:training )?tokens(?! per)|training tokens|(?:what|which) (?:training )?context length|"
             r"training (?:time|cost|budget)|GPU budget|wall[- ]clock|(?:inference |sampling )?latency|"
@@ -158,7 +159,7 @@ FACET_ASKED: list[tuple[str, re.Pattern[str]]] = [
         BEST,
         re.compile(
             r"\bwhich\b(?![^?]{0,30}\bpapers?\b)[^?]{0,80}?\b(?:the\s+)?"
-            r"(?:best|on top|highest|most accurate|strongest)\b",
+            r"(?:best|(?<!built )(?<!builds )(?<!build )on top|highest|most accurate|strongest)\b",  # not "built on top of"
             re.I,
         ),
     ),
@@ -265,9 +266,15 @@ SETUP_PARTS: list[tuple[re.Pattern[str], re.Pattern[str]]] = [
         re.compile(r"\b(?:learning[- ]rates?|batch[- ]sizes?|hyper-?parameters?|epochs?|schedules?)\b", re.I),
         re.compile(r"\b(?:learning[- ]rates?|batch[- ]sizes?|hyper-?parameters?|epochs?|warm-?up|schedules?)\b", re.I),
     ),
+    (  # a low-rank method's rank ("what rank did ABBA use?"): a number given as one
+        re.compile(r"\b(?:what|which) (?:LoRA |adapter )?ranks?\b", re.I),
+        re.compile(r"\b(?:rank|r)\s?(?:=|of)\s?\d+|\branks? (?:\d+|up to \d+)", re.I),
+    ),
     (  # model size
         re.compile(
-            r"\b(?:model sizes?|how many parameters|parameter counts?|how (?:big|large) (?:is|are|were))\b", re.I
+            r"\b(?:model sizes?|how many (?:trainable |learnable )?parameters|parameter counts?|"
+            r"how (?:big|large) (?:is|are|were))\b",
+            re.I,
         ),
         re.compile(
             r"\b(?:\d+(?:\.\d+)?\s?[BM]\b|\d+(?:\.\d+)?\s?(?:billion|million)|model sizes?|"

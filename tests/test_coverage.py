@@ -455,6 +455,22 @@ def test_others_limits_are_read_when_the_question_asks_for_them(
     assert states_facet(question, LIMITATIONS, names)(sentence) is states
 
 
+def test_a_model_built_on_and_a_run_s_rank_and_trainable_parameters_are_asked_as_such() -> None:
+    """Read rounds 19, 21 and 23: "Which base diffusion model is CreatiDesign built on top of?" read as asking which
+    performs best ("on top"), and answered plainly with "CreatiDesign outperforms existing models"; "What rank and
+    how many trainable parameters did ABBA use compared with LoRA?" read as a comparison of the two."""
+    built = "Which base diffusion model is CreatiDesign built on top of?"
+    assert asked_facet(built) == NAMED
+    assert not states_facet(built, NAMED, ["CreatiDesign"])("CreatiDesign outperforms existing models by a margin.")
+    assert asked_facet("Which of the four families comes out on top?") == BEST
+    assert asked_facet("Which model family came out on top of the leaderboard?") == BEST
+    run = "What rank and how many trainable parameters did ABBA use compared with LoRA on the reasoning benchmarks?"
+    assert asked_facet(run) == SETUP
+    test = states_facet(run, SETUP, ["ABBA", "LoRA"])
+    assert not test("This leads to significantly higher expressivity under the same parameter budget.")
+    assert test("We fine-tune with rank r = 16, training 2.3M trainable parameters.")
+
+
 def test_either_of_two_alternatives_covers_the_pair() -> None:
     """Read round 23: "Which papers try to explain, theoretically or mechanistically, how transformers learn tasks in
     context?" said "The abstracts don't mention mechanistically" of a theory paper."""
