@@ -75,7 +75,8 @@ _NAMED_HEADS = (
     r"games?|environments?|simulators?|languages?|backbones?|baselines?|architectures?|LLMs?|"
     r"(?:frontier|base|pretrained|pre-trained|foundation|teacher|student|backbone|reference|judge) (?:[\w-]+ )?models?|"
     r"(?:language|vision|reward) models?|encoders?|robots?|libraries|toolkits?|solvers?|organisms?|species|"
-    r"hardware|chips?|accelerators?|engines?"
+    r"hardware|chips?|accelerators?|engines?|(?:RL|reinforcement[- ]learning|training|optimi[sz]ation) algorithms?|"
+    r"optimi[sz]ers?"
 )
 # A number asked for: "how much", "by how much", "the exact accuracy", "what FID numbers". ("How many GPUs"
 # and the like are training details, asked before.)
@@ -129,7 +130,8 @@ FACET_ASKED: list[tuple[str, re.Pattern[str]]] = [
             r"(?:real|physical) (?:robots?|hardware)|wet[- ]?lab|in vitro|in vivo|synthesi[sz]ed|fabricated|"
             r"(?:validated|verified|confirmed|tested) experimentally|experimentally (?:validated|verified|confirmed|tested)|"
             r"clinical (?:trials?|validation)|(?:real|actual) deployments?|deployed in (?:practice|production)|piloted|"
-            r"(?:with|by|in|at) real (?:[\w-]+ )?(?:hospitals?|organi[sz]ations?|companies|users|patients|clinics?)|"
+            r"(?:with|by|in|at|involving|among) real (?:[\w-]+ )?(?:hospitals?|organi[sz]ations?|companies|users|"
+            r"patients|clinics?)|"
             r"user stud(?:y|ies)|human (?:evaluation|study|studies|raters))\b",
             re.I,
         ),
@@ -670,8 +672,9 @@ _YES_NO = (
 _SCOPE_ASKED = re.compile(
     _YES_NO + r"[^?]*?"
     r"\b(?:also|still|ever|carr(?:y|ies) over|transfers?(?!\s+(?:functions?|learning)\b)|extends?|generali[sz]es?|includes?|covers?|"
-    r"appl(?:y|ies) to|works? (?:for|on|with)|(?:evaluated|tested|benchmarked|applied|validated) "
-    r"(?=on|in|against|with|to)|(?:robust|resistant|vulnerable|sensitive|immune) (?=to|against))\b(?P<rest>[^?]*)",
+    r"appl(?:y|ies) to|works? (?:for|on|with)|(?:evaluated|tested|benchmarked|applied|validated) (?:\w+ly )?"
+    r"(?=on|in|against|with|to)|(?:robust|resistant|vulnerable|sensitive|immune) (?=to|against)|"
+    r"holds? up (?=against|to|under|when))\b(?P<rest>[^?]*)",
     re.I,
 )
 # "How robust is IG-FWI when the data are noisy?": a scope asked as a wh-question.

@@ -471,6 +471,31 @@ def test_a_model_built_on_and_a_run_s_rank_and_trainable_parameters_are_asked_as
     assert test("We fine-tune with rank r = 16, training 2.3M trainable parameters.")
 
 
+@pytest.mark.parametrize(
+    ("question", "facet"),
+    [
+        # Read rounds 17 to 23: absent facets asked blind more than once and answered plainly.
+        ("Did PREFDISCO validate its personas with a study involving real human users?", VALIDATION),
+        ("Was the pay-what-you-contribute mechanism for federated learning tested empirically on real data?", SCOPE),
+        ("Does the STEDF backdoor detector hold up against adaptive attackers who know how the detector works?", SCOPE),
+        (
+            "Which reinforcement learning algorithm and which reward functions does the RNA co-design diffusion model "
+            "use at inference time?",
+            NAMED,
+        ),
+        # ... and the same words where they ask for nothing of the kind.
+        (
+            "The paper testing whether transformers can infer which earlier tokens each token depends on: what optimal "
+            "algorithm does it show a two-layer transformer can implement?",
+            None,
+        ),
+        ("Was it tested on real data?", SCOPE),
+    ],
+)
+def test_validation_scope_and_names_asked_in_other_words(question: str, facet: str | None) -> None:
+    assert asked_facet(question) == facet
+
+
 def test_either_of_two_alternatives_covers_the_pair() -> None:
     """Read round 23: "Which papers try to explain, theoretically or mechanistically, how transformers learn tasks in
     context?" said "The abstracts don't mention mechanistically" of a theory paper."""
