@@ -482,12 +482,15 @@ def _listed_by_facet(cands: list[Candidate], analysis: Analysis, coverage_rules:
             stated[c.n] = c.text
     if not stated:
         return None
-    topic = facet_topic(analysis)
-    on_topic = [n for n in sorted(stated) if all(addresses(ev, n, coverage_rules) for ev in topic)]
+    # the stated papers that address each topic aspect, read once
+    addressed = {
+        ev.aspect.text: {n for n in stated if addresses(ev, n, coverage_rules)} for ev in facet_topic(analysis)
+    }
+    on_topic = [n for n in sorted(stated) if all(n in ns for ns in addressed.values())]
     quoted = on_topic or sorted(stated)
     coverage = decide(analysis, quoted, coverage_rules)
     if not on_topic:
-        missing = {ev.aspect.text for ev in topic if not any(addresses(ev, n, coverage_rules) for n in quoted)}
+        missing = {text for text, ns in addressed.items() if not ns}
         for a in coverage.aspects:
             if a.text in missing:
                 a.covered, a.text = False, topic_text(a.text, analysis.facet)

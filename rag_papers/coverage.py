@@ -837,10 +837,9 @@ def listed_by_facet(question: str) -> bool:
 def only_facet_asked(question: str) -> str | None:
     """The facet a question asks papers for and nothing else ("Which of these papers give a public GitHub
     repository for their code?"), else None: its evidence is a paper stating it, not a topic's closeness."""
-    if not listed_by_facet(question):
+    facet = asked_facet(question) if asks_for_papers(question) else None
+    if facet not in LISTED_BY_FACET:  # ``listed_by_facet``, on the facet read once
         return None
-    facet = asked_facet(question)
-    assert facet is not None  # listed_by_facet
     return facet if not _content(question) - _FACET_WORDS[facet] else None
 
 
