@@ -507,9 +507,10 @@ class Coverage:
         nowhere = [a for a in missing if a.kind == NAME and a.df == 0]
         texts = [a.text for a in missing]
         what = texts[0] if len(texts) == 1 else ", ".join(texts[:-1]) + " or " + texts[-1]
-        loosely = ", and match the question only loosely" if self.loose else ""
         if len(nowhere) == len(missing):
+            loosely = ", and the abstracts match the question only loosely" if self.loose else ""
             return f"No indexed abstract mentions {what}{loosely}"
+        loosely = ", and match the question only loosely" if self.loose else ""
         return f"The abstracts don't mention {what}{loosely}"
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import run_main
+from conftest import FakeBackend, run_main
 from test_integrity import abba_id
 
 from rag_papers.chat import ChatSession, Engine, usable_rewrite
@@ -702,6 +702,35 @@ def test_names_no_abstract_contains_are_said_first(engine: Engine) -> None:
     assert ans.uncovered[:2] == ["DoRA", "GLUE"] or ans.refused
     if not ans.refused:
         assert ans.answer.startswith("No indexed abstract mentions DoRA or GLUE")
+
+
+def test_a_loose_match_on_names_no_abstract_has_is_refused(engine: Engine) -> None:
+    """Read rounds 1 to 24: "what is a good strategy for winning at Monopoly?" and "learn a new language like
+    Portuguese" passed the floor on their everyday words, only loosely, and were answered with the closest papers
+    under the caveat. A loose match whose every name is in no indexed abstract is refused, and says why first; a
+    question with a name some abstract has ("LoRA") is anchored in the corpus and still answered."""
+    s = engine.settings
+    q = "How do I get better at chess openings like the Sicilian Defence?"
+    result = engine.search(q)
+    assert result.relevant and result.relevance < s.loose_match, result.relevance
+    ans = engine.ask(q, ExtractiveBackend(s)).run()
+    assert ans.refused and ans.citations == [] and ans.uncovered == ["Sicilian Defence", LOOSE_MATCH], ans.uncovered
+    assert ans.answer.startswith(
+        "No indexed abstract mentions Sicilian Defence, and the abstracts match the question only loosely. "
+    ), ans.answer
+    # Any backend: decided before a model is asked.
+    fake = FakeBackend()
+    assert engine.ask(q, fake).run().refused and fake.calls == []
+    # One name the abstracts have: answered, with the unknown one said first (loose by relevance alone here).
+    by_relevance = Engine(s.model_copy(update={"loose_sentence": 0.0}), engine.index)
+    anchored = by_relevance.ask("Does the LoRA alternative with the Hadamard product beat QLoRA?", ExtractiveBackend(s))
+    kept = anchored.run()
+    assert not kept.refused and kept.uncovered == ["QLoRA", LOOSE_MATCH], kept.uncovered
+    assert kept.answer.startswith("No indexed abstract mentions QLoRA, and the abstracts match the question only")
+    # A clear match is not touched: the same names, no loose line.
+    off = Engine(s.model_copy(update={"loose_match": 0.0}), engine.index)
+    plain = off.ask(q, ExtractiveBackend(off.settings)).run()
+    assert not plain.refused and plain.uncovered == ["Sicilian Defence"], plain.uncovered
 
 
 def test_a_training_detail_the_abstract_never_states_is_said_missing(engine: Engine) -> None:
