@@ -739,10 +739,11 @@ class AnswerStream:
         # A loose match to a question whose every name is in no indexed abstract ("winning at Monopoly", "DoRA on
         # GLUE") is a match on its everyday words alone: refused like an irrelevant one, and before any LLM is asked.
         # Read rounds 1 to 24: 50 near-misses and 2 unrelated questions, no answerable one (docs/design-notes.md).
-        unknown = self._only_unknown_names() if self.result.relevant and self._loose() else None
+        unknown = self._unknown_names(every=True) if self.result.relevant and self._loose() else None
         if not self.result.relevant or unknown is not None:
             nowhere: Coverage | None = unknown
             if unknown is not None:
+                unknown.loose = True
                 text = f"{unknown.line()}. {load_prompt(s, 'refusal').strip()}"
                 refusal = "a loose match, and no indexed abstract has the question's names: no LLM called"
             elif self.result.filtered_out:
@@ -907,26 +908,19 @@ class AnswerStream:
             return max(self.settings.context_papers, len(self.result.results))
         return self.settings.context_papers
 
-    def _unknown_names(self) -> Coverage | None:
-        """The question's names that no indexed abstract contains (document frequency 0), if any."""
+    def _unknown_names(self, every: bool = False) -> Coverage | None:
+        """The question's names that no indexed abstract contains (document frequency 0), if any. With ``every``,
+        only when none of its names is in an indexed abstract: one that is anchors the question in the corpus ("a
+        LoRA alternative named like a Swedish band")."""
         if self.names_df is None:
             return None
         analysis = analyse(self.question, [], None, self.names_df)
-        analysis.evidence = [ev for ev in analysis.evidence if ev.aspect.kind == NAME and ev.aspect.df == 0]
-        cov = decide(analysis, [])
+        analysis.evidence = [ev for ev in analysis.evidence if ev.aspect.kind == NAME]
+        cov = decide(analysis, [])  # without the names asked only as a likeness ("Mamba-style")
+        if every and any(a.df != 0 for a in cov.aspects):
+            return None
+        cov.aspects = [a for a in cov.aspects if a.df == 0]
         return cov if cov.uncovered else None
-
-    def _only_unknown_names(self) -> Coverage | None:
-        """The question's names, said loosely matched, when it has some and no indexed abstract contains any of them.
-        A name some abstract has anchors the question in the corpus ("a LoRA alternative named like a Swedish band")."""
-        if self.names_df is None:
-            return None
-        cov = decide(analyse(self.question, [], None, self.names_df), [])
-        cov.aspects = [a for a in cov.aspects if a.kind == NAME]
-        if not cov.aspects or any(a.df != 0 for a in cov.aspects):
-            return None
-        cov.loose = True
-        return cov
 
     def _llm_coverage(self, used: list[tuple[Hit, Paper]]) -> Coverage:
         analysis = analyse(
