@@ -694,6 +694,9 @@ _CONTRAST_ASKED = re.compile(
     _YES_NO + r"(?P<before>[^?]*?)\s+(?:instead of|rather than)\b",
     re.I,
 )
+# What a contrast asks a paper to reach is a setting of a few words ("adversarially chosen delays", "medical ultrasound
+# imaging"); read round 26's longer ones were whole clauses of a paraphrase, which no abstract has word for word.
+_SETTING_WORDS = 4
 _LAST_OBJECT = re.compile(r".*\b(?:to|for|on|in|with|under|when|at|across|if)\s+(.+)$", re.I)
 
 
@@ -747,6 +750,8 @@ def scope_asked(question: str) -> str | None:
             return None
         obj = _LAST_OBJECT.match(c.group("before"))
         target = (obj.group(1) if obj else c.group("before")).strip(" ?.,")
+        if len(_content(target)) > _SETTING_WORDS:
+            return None  # a clause ("... explain why models produce novel samples"): the claim asked about, reworded
     if m and not obj and _content(target) <= _QUALITY_KEPT:
         return None  # "still answer correctly", "still accurate": whether quality holds, not a setting reached
     return target if any(t not in _boiler_stems() for t in keyword_tokens(target)) else None
