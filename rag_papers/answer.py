@@ -36,6 +36,7 @@ from rag_papers.coverage import (
     listed_by_facet,
     name_found,
     split_question,
+    technical_question,
     topic_text,
 )
 from rag_papers.keyword import paper_text
@@ -697,8 +698,10 @@ class AnswerStream:
         embedder: TextEmbedder | None = None,
         backend_note: str = "",
         names_df: Callable[[str], int] | None = None,
+        lift: float | None = None,
     ) -> None:
         self.question = question
+        self.lift = lift  # ``Engine.lift``: how far the best paper stands above the index's field
         self.result = result
         self.backend = backend
         self.settings = settings
@@ -900,7 +903,19 @@ class AnswerStream:
         if not s.fused_relevance:
             return False  # another scale: the floor is the only call
         close = s.loose_sentence and (self.result.sentence_match or 0.0) >= s.loose_sentence
-        return self.result.relevant and self.result.relevance < s.loose_match and not close
+        loose = self.result.relevance < s.loose_match and not close
+        # A topic no abstract is about, asked in technical words: its nearest papers stand barely above the field
+        # ("Which papers tackle over-smoothing in deep graph neural networks?"), however high its relevance.
+        flat = self.lift is not None and self.lift < s.flat_lift and technical_question(self.question)
+        return self.result.relevant and (loose or (flat and not self._anchored()))
+
+    def _anchored(self) -> bool:
+        """Whether the question names something an indexed abstract has ("what does ABBA claim?"): it asks about that
+        paper, not about a topic, however far its words are from the abstract's."""
+        if self.names_df is None:
+            return False
+        names, _ = split_question(self.question)
+        return any(not ignored_name(n, self.question) and self.names_df(n) > 0 for n in names)
 
     def source_limit(self) -> int:
         """The papers an answer may read: ``context_papers``, or for a "which papers" list every retrieved one."""

@@ -12,7 +12,7 @@ import re
 import time
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import TypedDict, Unpack
+from typing import Any, TypedDict, Unpack
 
 from rag_papers.answer import Answer, AnswerStream, TermStats, as_data, load_prompt
 from rag_papers.config import Settings
@@ -25,6 +25,7 @@ from rag_papers.retrieve import Filters, Hit, Retriever, SearchResult
 
 LIST_TOP_K = 10  # papers a "which papers ..." question retrieves at least, to list every one above the floor
 SIDE_TOP_K = 3  # hits searched for each side of a comparison, for the first that names it
+BACKGROUND_PAPERS = 64  # papers of the index sampled to stand for its field (``Engine.lift``)
 
 
 class AskOptions(TypedDict, total=False):
@@ -50,6 +51,8 @@ class Engine:
         self.index.embedder2  # noqa: B018 - the second model (embed_model_2), if any
         self.load_ms = round((time.perf_counter() - t0) * 1000, 1)
         self.retriever = Retriever(self.index, settings)
+        self._background_of: int | None = None  # the index size the background sample was drawn at (``lift``)
+        self._background_vecs: Any = None
 
     def search(self, query: str, top_k: int | None = None, filters: Filters | None = None) -> SearchResult:
         return self.retriever.search(query, top_k, filters)
@@ -81,8 +84,44 @@ class Engine:
         if sides and not result.filtered_out:
             result = self._with_sides(result, sides, filters)
         return AnswerStream(
-            question, result, backend, self.settings, self.index.embedder, backend_note, self.index.name_df
+            question,
+            result,
+            backend,
+            self.settings,
+            self.index.embedder,
+            backend_note,
+            self.index.name_df,
+            lift=self.lift(query, result),
         )
+
+    def lift(self, query: str, result: SearchResult) -> float | None:
+        """How far the best paper's cosine to ``query`` stands above the query's mean cosine over a fixed sample of
+        the index (``BACKGROUND_PAPERS``): small when no paper is about the query's topic and the nearest are only
+        the field's neighbours (``Settings.flat_lift``). None when it is off or nothing was found.
+
+        Why against a sample, not the next hits: in a large index a well-covered topic has many close papers, so
+        the gap to the second hit says nothing; the sample stands for the field the index is about."""
+        if not self.settings.flat_lift or not result.relevant or not result.results:
+            return None
+        import numpy as np
+
+        background = self._background()
+        if background is None:
+            return None
+        best = max(h.dense_score for h in result.results[:5])
+        return float(best - float(np.mean(background @ np.asarray(self.index.embedder.embed_query(query)))))
+
+    def _background(self) -> Any:
+        """The sample's embeddings (title and abstract), built once per index size: an ingest or removal redraws it."""
+        count = self.index.count()
+        if self._background_of != count:
+            import numpy as np
+
+            papers = self.index.sample(BACKGROUND_PAPERS)
+            texts = [f"{p.title or ''} {p.abstract}" for p in papers]
+            self._background_vecs = np.asarray(self.index.embedder.embed_documents(texts)) if texts else None
+            self._background_of = count
+        return self._background_vecs
 
     def _with_sides(self, result: SearchResult, sides: list[str], filters: Filters | None) -> SearchResult:
         """A comparison's result with each compared paper first: each side retrieved on its own.

@@ -1485,6 +1485,23 @@ def technical(phrase: str, rules: CoverageRules) -> bool:
     return min(z) < rules.technical_zipf or (len(z) > 1 and sum(z) / len(z) < rules.compound_zipf)
 
 
+# A question asked in technical words: the mean Zipf of its content words under this (read rounds: a topic question,
+# "Which papers tackle over-smoothing in deep graph neural networks?", 3.5; a lay one, "how do AI picture makers
+# come up with new pictures?", 5.0).
+QUESTION_ZIPF = 4.2
+
+
+def technical_question(question: str) -> bool:
+    """Whether a question is asked in technical words (the mean ``QUESTION_ZIPF`` of its content words, each at its
+    commonest inflection): the kind of question whose topic either is in the abstracts or is not, unlike a lay
+    paraphrase, whose everyday words no abstract uses anyway."""
+    from wordfreq import zipf_frequency
+
+    words = [w for w in re.findall(r"[^\W_][\w'-]*", question) if not _is_boiler(w.lower()) and keyword_tokens(w)]
+    z = [max(zipf_frequency(w.lower(), "en"), _base_zipf(w.lower())) for w in words]
+    return bool(z) and sum(z) / len(z) < QUESTION_ZIPF
+
+
 def _phrase_sims(
     phrases: list[str], sents: list[list[str]], embedder: TextEmbedder | None, cache: dict[str, Any] | None
 ) -> list[dict[int, tuple[float, str]]]:

@@ -632,15 +632,35 @@ def test_a_paper_the_question_names_is_read_however_far_below_the_best(engine: E
 def test_a_relevant_but_loose_match_is_said_first(engine: Engine) -> None:
     """Lay near-misses on neighbouring topics pass every aspect the rules test (rounds 12 to 15: 7, 6, 7 and 5 of
     18 answered plainly); their retrieval relevance is just over the floor. Under ``loose_match`` the answer says
-    first that the abstracts match only loosely; with it at 0, as before, nothing is said."""
+    first that the abstracts match only loosely; with it (and ``flat_lift``) at 0, as before, nothing is said."""
     q = "Why do AI chatbots sometimes refuse perfectly harmless requests?"
     result = engine.search(q)
     assert result.relevant and result.relevance < engine.settings.loose_match, result.relevance
     ans = engine.ask(q, ExtractiveBackend(engine.settings)).run()
     assert not ans.refused and LOOSE_MATCH in ans.uncovered
     assert ans.answer.startswith("The abstracts match this question only loosely")
-    off = Engine(engine.settings.model_copy(update={"loose_match": 0.0}), engine.index)
+    off = Engine(engine.settings.model_copy(update={"loose_match": 0.0, "flat_lift": 0.0}), engine.index)
     assert off.ask(q, ExtractiveBackend(off.settings)).run().uncovered == []
+
+
+def test_a_technical_topic_no_abstract_is_about_is_said_to_match_loosely(engine: Engine) -> None:
+    """Read round 27 (topics): "Which papers do out-of-distribution detection for image classifiers?" was answered
+    plainly from the nearest papers (a backdoor detector among them), at a relevance well over ``loose_match``. Its best paper's cosine stands
+    barely above the question's mean cosine over the index (``Engine.lift``), as for a topic no abstract is about;
+    asked in technical words, that is said first. A question naming a paper the index has is exempt (it asks about
+    that paper), and ``flat_lift`` 0 turns the rule off."""
+    q = "Which papers do out-of-distribution detection for image classifiers?"
+    result = engine.search(q, 10)
+    assert result.relevant and result.relevance > engine.settings.loose_match, result.relevance
+    lift = engine.lift(q, result)
+    assert lift is not None and lift < engine.settings.flat_lift, lift
+    ans = engine.ask(q, ExtractiveBackend(engine.settings)).run()
+    assert not ans.refused and LOOSE_MATCH in ans.uncovered, ans.uncovered
+    off = Engine(engine.settings.model_copy(update={"flat_lift": 0.0}), engine.index)
+    assert LOOSE_MATCH not in off.ask(q, ExtractiveBackend(off.settings)).run().uncovered
+    # a technical question on a topic the abstracts are about stands well above the field
+    on_topic = "Which papers speed up inference of diffusion large language models without retraining?"
+    assert LOOSE_MATCH not in engine.ask(on_topic, ExtractiveBackend(engine.settings)).run().uncovered
 
 
 def test_a_loose_match_with_a_close_sentence_is_answered_plainly(engine: Engine) -> None:
