@@ -97,11 +97,14 @@ class Engine:
     def lift(self, query: str, result: SearchResult) -> float | None:
         """How far the best paper's cosine to ``query`` stands above the query's mean cosine over a fixed sample of
         the index (``BACKGROUND_PAPERS``): small when no paper is about the query's topic and the nearest are only
-        the field's neighbours (``Settings.flat_lift``). None when it is off or nothing was found.
+        the field's neighbours (``Settings.flat_lift``). None when it is off, nothing was found, or relevance is not
+        hybrid retrieval's (``fused_relevance``, the only scale the rule reads): under ``bm25`` no cosine was
+        computed at all (every ``dense_score`` is 0), and the sample need not be embedded.
 
         Why against a sample, not the next hits: in a large index a well-covered topic has many close papers, so
         the gap to the second hit says nothing; the sample stands for the field the index is about."""
-        if not self.settings.flat_lift or not result.relevant or not result.results:
+        s = self.settings
+        if not s.flat_lift or not s.fused_relevance or not result.relevant or not result.results:
             return None
         import numpy as np
 

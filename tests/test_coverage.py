@@ -663,6 +663,18 @@ def test_a_technical_topic_no_abstract_is_about_is_said_to_match_loosely(engine:
     assert LOOSE_MATCH not in engine.ask(on_topic, ExtractiveBackend(engine.settings)).run().uncovered
 
 
+def test_keyword_only_retrieval_has_no_lift(engine: Engine) -> None:
+    """Under ``retrieval = "bm25"`` no cosine is computed (every hit's ``dense_score`` is 0), so the best paper
+    seemed to stand below the field's mean cosine (a lift of -0.27): a number with no meaning, for which 64 papers
+    were embedded. The lift is unknown there, and no technical question is said to match loosely."""
+    bm25 = Engine(engine.settings.model_copy(update={"retrieval": "bm25"}), engine.index)
+    q = "Which papers speed up inference of diffusion large language models without retraining?"
+    result = bm25.search(q, 10)
+    assert result.relevant and all(h.dense_score == 0 for h in result.results)
+    assert bm25.lift(q, result) is None
+    assert LOOSE_MATCH not in bm25.ask(q, ExtractiveBackend(bm25.settings)).run().uncovered
+
+
 def test_a_loose_match_with_a_close_sentence_is_answered_plainly(engine: Engine) -> None:
     """Read rounds 4 to 21: of the questions under ``loose_match``, 12 answerable ones had a sentence of their first
     three papers at cosine 0.42 or more to the question, and no near-miss without an unknown name did (the closest,
