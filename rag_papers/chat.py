@@ -115,14 +115,21 @@ class Engine:
         return float(best - float(np.mean(background @ np.asarray(self.index.embedder.embed_query(query)))))
 
     def _background(self) -> Any:
-        """The sample's embeddings (title and abstract), built once per index size: an ingest or removal redraws it."""
+        """The sample's vectors, read once per index size (an ingest or removal redraws it).
+
+        The head vectors ingest stored, not the abstracts embedded again: that took seconds on the first question
+        after every ingest. A head is the title and the opening ``chunk_tokens``, close to the title and abstract
+        the model reads whole (256 tokens), on which ``flat_lift`` was chosen; a paper without one is embedded."""
         count = self.index.count()
         if self._background_of != count:
             import numpy as np
 
             papers = self.index.sample(BACKGROUND_PAPERS)
-            texts = [f"{p.title or ''} {p.abstract}" for p in papers]
-            self._background_vecs = np.asarray(self.index.embedder.embed_documents(texts)) if texts else None
+            stored = self.index.head_vectors([p.id for p in papers])
+            missing = [f"{p.title or ''} {p.abstract}" for p in papers if p.id not in stored]
+            vecs = [stored[p.id] for p in papers if p.id in stored]
+            vecs += list(self.index.embedder.embed_documents(missing)) if missing else []
+            self._background_vecs = np.asarray(vecs) if vecs else None
             self._background_of = count
         return self._background_vecs
 

@@ -136,6 +136,17 @@ class Index:
         )
         return [row_to_paper(r, []) for r in rows]
 
+    def head_vectors(self, paper_ids: Sequence[str], model: int = 0) -> dict[str, list[float]]:
+        """Each paper's whole-paper vector as ingest stored it (its head: title and opening), by paper id; papers
+        without one (a half-ingested paper) are left out."""
+        if not paper_ids or self.store.count_cached() == 0:
+            return {}
+        self.store.reopen_if_needed()
+        _, docs_of = kinds(model)
+        with self.store.vector_lock.read():
+            got = self.store.vectors.embeddings(docs_of, [f"{pid}:doc" for pid in paper_ids])
+        return {vid.rpartition(":")[0]: vec for vid, vec in got.items()}
+
     def field_values(self, column: str) -> list[Any]:
         if column not in ("year", "venue"):
             raise ValueError(column)

@@ -370,6 +370,16 @@ class VectorStore:
         with self.guard("reading vector ids"):
             return set(col.get(ids=list(ids), include=[])["ids"])
 
+    def embeddings(self, which: Which, ids: Sequence[str]) -> dict[str, list[float]]:
+        """The stored vectors of these ids, by id (those the store holds)."""
+        if not ids:
+            return {}
+        col = self.collection(which)
+        with self.guard("reading vectors"):
+            got = col.get(ids=list(ids), include=["embeddings"])
+        vecs = got["embeddings"] if got["embeddings"] is not None else []
+        return {vid: [float(x) for x in v] for vid, v in zip(got["ids"], vecs)}
+
     def documents(self, ids: Sequence[str]) -> dict[str, str]:
         """Chunk texts kept as Chroma documents (indexes written before the registry kept them)."""
         col = self.collection("chunks")
