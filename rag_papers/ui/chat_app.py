@@ -1188,7 +1188,8 @@ class ChatApp:
             **_QUIET,
         )
         # The index may have grown since the app started (an `ingest` beside it): say what it holds now.
-        ui.demo.load(self.index_info, None, [ui.brand, ui.index_line], queue=False, api_visibility="private")
+        # Hidden progress: a refresh of lines already shown, which gradio would otherwise fade while it runs.
+        ui.demo.load(self.index_info, None, [ui.brand, ui.index_line], **_QUIET)
         ui.backend.input(self.on_backend, [ui.backend], [ui.model, ui.status], **status_args)
         ui.model.input(self.status, [ui.backend, ui.model], ui.status, **status_args)
         ui.refresh.click(self.refresh_models, [ui.backend, ui.model], [ui.model, ui.status], **status_args)
