@@ -112,7 +112,8 @@ class Engine:
         if background is None:
             return None
         best = max(h.dense_score for h in result.results[:5])
-        return float(best - float(np.mean(background @ np.asarray(self.index.embedder.embed_query(query)))))
+        vec = result.query_vec if result.query_vec is not None else self.index.embedder.embed_query(query)
+        return float(best - float(np.mean(background @ np.asarray(vec))))
 
     def _background(self) -> Any:
         """The sample's vectors, read once per index size (an ingest or removal redraws it).

@@ -288,6 +288,8 @@ class SearchResult:
     # under ``loose_match``): the best cosine of a quotable sentence of the first papers to the question; None where
     # it was not looked at.
     sentence_match: float | None = None
+    # The query's vector (first model) as the search embedded it, for ``Engine.lift``: not embedded twice per ask.
+    query_vec: list[float] | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -449,6 +451,7 @@ class Retriever:
             filter_reason=self.filter_reason(filters) if excluded else None,
             above_floor=above_floor,
             sentence_match=sentence,
+            query_vec=vec,
         )
 
     def _sentence_band(self, relevance: float, relevant: bool) -> bool:

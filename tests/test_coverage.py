@@ -679,13 +679,20 @@ def test_the_field_sample_is_read_from_the_vectors_ingest_stored(
     embedder = fresh.index.embedder
     real = embedder.embed_documents
     embedded: list[int] = []
+    real_query = embedder.embed_query
 
     def counting(texts: list[str]) -> Any:
         embedded.append(len(texts))
         return real(texts)
 
+    def counting_query(text: str) -> Any:
+        embedded.append(1)
+        return real_query(text)
+
     monkeypatch.setattr(embedder, "embed_documents", counting)
+    monkeypatch.setattr(embedder, "embed_query", counting_query)  # the search embedded the question already
     lift = fresh.lift(q, result)
+    monkeypatch.undo()
     assert embedded == [] and lift is not None
     papers = fresh.index.sample(BACKGROUND_PAPERS)
     whole = np.asarray(real([f"{p.title or ''} {p.abstract}" for p in papers]))
