@@ -9,9 +9,9 @@ processes' writes). What the stores are and how they agree: ``rag_papers.store``
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Unpack
+from typing import Any, TypeVar, Unpack
 
 from rag_papers import RagPapersError
 from rag_papers.config import Settings
@@ -21,6 +21,8 @@ from rag_papers.keyword import keyword_tokens, useful_terms
 from rag_papers.registry import in_batches, read_papers, row_to_paper
 from rag_papers.store import Store, StoreOptions
 from rag_papers.vectors import VectorStoreError, kinds
+
+_T = TypeVar("_T")
 
 # ``Index.browse``'s sorts, each served by an index of the registry (papers_title, registry.BROWSE_INDEXES).
 BROWSE_ORDER = {"title": "title", "year": "year DESC, title", "venue": "venue IS NULL, venue, title"}
@@ -141,11 +143,13 @@ class Index:
         without one (a half-ingested paper) are left out."""
         if not paper_ids or self.store.count_cached() == 0:
             return {}
-        self.store.reopen_if_needed()
         _, docs_of = kinds(model)
-        with self.store.vector_lock.read():
-            got = self.store.vectors.embeddings(docs_of, [f"{pid}:doc" for pid in paper_ids])
-        return {vid.rpartition(":")[0]: vec for vid, vec in got.items()}
+
+        def read() -> dict[str, list[float]]:
+            with self.store.vector_lock.read():
+                return self.store.vectors.embeddings(docs_of, [f"{pid}:doc" for pid in paper_ids])
+
+        return {vid.rpartition(":")[0]: vec for vid, vec in self._reopening(read).items()}
 
     def field_values(self, column: str) -> list[Any]:
         if column not in ("year", "venue"):
@@ -172,16 +176,19 @@ class Index:
         total = self.store.count_cached()
         if total == 0:
             return [], []
+        return self._reopening(lambda: self._nearest_both(query_vec, n, total, where, model))
+
+    def _reopening(self, read: Callable[[], _T]) -> _T:
+        """``read()`` from the vector store, again once after reopening it if another process dropped or set aside
+        the collections this process still holds (a rebuild, a repair), before calling anything damaged."""
         self.store.reopen_if_needed()
         try:
-            return self._nearest_both(query_vec, n, total, where, model)
+            return read()
         except VectorStoreError as exc:
-            # Another process dropped or set aside the collections this process still holds (a
-            # rebuild, a repair): reopen once and search again before calling anything damaged.
             if "does not exist" not in str(exc):
                 raise
             self.store.reopen_vectors()
-            return self._nearest_both(query_vec, n, total, where, model)
+            return read()
 
     def _nearest_both(
         self, query_vec: list[float], n: int, total: int, where: dict[str, Any] | None, model: int = 0
