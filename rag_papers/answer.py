@@ -37,6 +37,7 @@ from rag_papers.coverage import (
     name_found,
     split_question,
     technical_question,
+    topic_match,
     topic_text,
 )
 from rag_papers.keyword import paper_text
@@ -710,6 +711,7 @@ class AnswerStream:
         self.names_df = names_df  # papers of the index holding a name (``Index.name_df``): question coverage
         self.answer: Answer | None = None
         self.on_done: Callable[[Answer | None], None] | None = None
+        self._far: bool | None = None  # ``_far_topic``, computed once
         self._writing = False
         self.cancelled = False  # stopped by the user: no Answer is recorded (see ``cancel``)
 
@@ -906,8 +908,28 @@ class AnswerStream:
         loose = self.result.relevance < s.loose_match and not close
         # A topic no abstract is about, asked in technical words: its nearest papers stand barely above the field
         # ("Which papers tackle over-smoothing in deep graph neural networks?"), however high its relevance.
-        flat = self.lift is not None and self.lift < s.flat_lift and technical_question(self.question)
-        return self.result.relevant and (loose or (flat and not self._anchored()))
+        if not self.result.relevant:
+            return False
+        if loose:
+            return True
+        if not technical_question(self.question) or self._anchored():
+            return False
+        flat = self.lift is not None and self.lift < s.flat_lift
+        return flat or self._far_topic()
+
+    def _far_topic(self) -> bool:
+        """Whether the first paper's own phrases stand far from what the question describes (``topic_match`` under
+        ``topic_phrase``): "neural operators as fast surrogates for PDEs" answered from a full-waveform inversion
+        paper. A topic asked in technical words is named in the abstract about it, in those or close words."""
+        if self._far is None:
+            s = self.settings
+            self._far = False
+            first = self.result.results[0] if self.result.results else None
+            paper = self.result.papers.get(first.id) if first is not None else None
+            if s.topic_phrase and paper is not None and self.embedder is not None:
+                match = topic_match(self.question, paper.title or "", paper.abstract, self.embedder)
+                self._far = match is not None and match < s.topic_phrase
+        return self._far
 
     def _anchored(self) -> bool:
         """Whether the question names something an indexed abstract has ("what does ABBA claim?"): it asks about that

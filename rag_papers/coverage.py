@@ -1525,3 +1525,59 @@ def _phrase_sims(
                 best[n] = (float(cos), s)
         out.append(best)
     return out
+
+
+# What ends a run of content words in ``key_phrases``: punctuation that closes a phrase (not a hyphen or a slash,
+# which join one: "sliding-window", "encoder/decoder").
+_PHRASE_BREAK = re.compile(r"[.,;:()\[\]{}?!\"“”‘’]+|\s[-–—]\s")
+_PHRASE_WORD = re.compile(r"[^\W_][\w'-]*")
+KEY_PHRASE_WORDS = 3  # every run's sub-phrases up to this many words...
+KEY_PHRASE_RUN = 6  # ...and the whole run when it is no longer than this
+
+
+def key_phrases(text: str) -> list[str]:
+    """The short phrases a text is about: each run of words between stop words and punctuation ("temporal graph
+    neural networks", "TGNN", "dynamic networks"), whole when short, and its sub-phrases of one to three words.
+
+    Why our own: a topic is matched phrase to phrase (``topic_match``), and the phrase extractors to hand either
+    ask an LLM (llama-index's keyword extractors) or download their stop-word lists at run time (rake-nltk)."""
+    out: dict[str, None] = {}
+    for chunk in _PHRASE_BREAK.split(plain_text(text)):
+        run: list[str] = []
+        for word in [*_PHRASE_WORD.findall(chunk), ""]:
+            if word and len(word) > 1 and word.lower() not in STOPWORDS:
+                run.append(word)
+                continue
+            for n in range(1, KEY_PHRASE_WORDS + 1):
+                for i in range(len(run) - n + 1):
+                    out[" ".join(run[i : i + n])] = None
+            if KEY_PHRASE_WORDS < len(run) <= KEY_PHRASE_RUN:
+                out[" ".join(run)] = None
+            run = []
+    return list(out)
+
+
+def topic_match(
+    question: str, title: str, abstract: str, embedder: TextEmbedder, cache: dict[str, Any] | None = None
+) -> float | None:
+    """How closely a paper's own phrases (``key_phrases``) meet the question's descriptions: the mean, over the
+    descriptions (``split_question``, boilerplate aside), of each one's best cosine to a phrase of the paper. None
+    when the question has no description.
+
+    Why phrase to phrase: a short phrase sits far from any whole sentence whether its topic is there or not, while
+    "neural operators as fast surrogates" against "full-waveform inversion", or "sim-to-real transfer" against
+    "morphology co-design", is far only when the paper is about something else (docs/design-notes.md, "Topic
+    near-misses")."""
+    _, descs = split_question(question)
+    descs = [d for d in descs if any(not _is_boiler(w.lower()) for w in d.split())]
+    phrases = key_phrases(f"{title}. {abstract}" if title else abstract)
+    if not descs or not phrases:
+        return None
+    import numpy as np
+
+    from rag_papers.claims import embed_cached
+
+    cache = {} if cache is None else cache
+    embed_cached(phrases + descs, embedder, cache)
+    matrix = np.stack([np.asarray(cache[p]) for p in phrases])
+    return float(np.mean([float(np.max(matrix @ np.asarray(cache[d]))) for d in descs]))
