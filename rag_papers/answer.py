@@ -744,7 +744,7 @@ class AnswerStream:
         # A loose match to a question whose every name is in no indexed abstract ("winning at Monopoly", "DoRA on
         # GLUE") is a match on its everyday words alone: refused like an irrelevant one, and before any LLM is asked.
         # Read rounds 1 to 24: 50 near-misses and 2 unrelated questions, no answerable one (docs/design-notes.md).
-        unknown = self._unknown_names(every=True) if self.result.relevant and self._loose() else None
+        unknown = self._unknown_names(every=True) if self.result.relevant and self._loose(refusing=True) else None
         if not self.result.relevant or unknown is not None:
             nowhere: Coverage | None = unknown
             if unknown is not None:
@@ -898,9 +898,11 @@ class AnswerStream:
             uncovered=uncovered,
         )
 
-    def _loose(self) -> bool:
+    def _loose(self, refusing: bool = False) -> bool:
         """Whether the papers were found relevant only just: hybrid relevance under ``loose_match``, and no sentence
-        of the first papers as close to the question as ``loose_sentence`` (the claim asked about, in other words)."""
+        of the first papers as close to the question as ``loose_sentence`` (the claim asked about, in other words).
+        ``refusing``: for the refusal of a loose match on unknown names, which ``_far_topic`` never decides: its
+        phrase match misses a question that says every key concept in other words (round 31: one refused)."""
         s = self.settings
         if not s.fused_relevance:
             return False  # another scale: the floor is the only call
@@ -915,7 +917,7 @@ class AnswerStream:
         if not technical_question(self.question) or self._anchored():
             return False
         flat = self.lift is not None and self.lift < s.flat_lift
-        return flat or self._far_topic()
+        return flat or (not refusing and self._far_topic())
 
     def _far_topic(self) -> bool:
         """Whether the first paper's own phrases stand far from what the question describes (``topic_match`` under

@@ -693,6 +693,20 @@ def test_a_technical_topic_the_first_paper_does_not_name_is_said_to_match_loosel
     assert LOOSE_MATCH not in engine.ask(named, ExtractiveBackend(engine.settings)).run().uncovered
 
 
+def test_a_far_topic_alone_never_refuses(engine: Engine) -> None:
+    """Round 31 (scored once with 8c3c8fc): a paraphrase that says every key concept in other words, with a name no
+    abstract has ("MLP-parameterized"), matched the full-waveform inversion paper's phrases under ``topic_phrase``.
+    That made the match loose, and a loose match whose every name is unknown is refused: the right paper was never
+    quoted. ``_far_topic`` only adds the loose-match line; the refusal stays with relevance and the flat lift."""
+    q = (
+        "kernel-regime analysis of MLP-parameterized velocity fields for seismic velocity estimation from recorded"
+        " wavefields, explaining spectral bias and robustness to the starting guess"
+    )
+    ans = engine.ask(q, ExtractiveBackend(engine.settings)).run()
+    assert not ans.refused and seed_id("Full-waveform inversion (FWI)") in ans.citations, ans.answer[:200]
+    assert LOOSE_MATCH in ans.uncovered, ans.uncovered
+
+
 def test_key_phrases_are_the_runs_between_stop_words_and_their_short_parts() -> None:
     """``topic_match`` reads a paper's phrases: runs of words cut at stop words and punctuation (not hyphens), each
     whole up to ``KEY_PHRASE_RUN`` words, and every part of up to ``KEY_PHRASE_WORDS``."""
