@@ -24,6 +24,7 @@ from rag_papers.coverage import (
     DESCRIPTION,
     LISTED_BY_FACET,
     NAME,
+    TOPIC_QUESTION_WORDS,
     Analysis,
     Coverage,
     CoverageRules,
@@ -928,7 +929,8 @@ class AnswerStream:
             self._far = False
             first = self.result.results[0] if self.result.results else None
             paper = self.result.papers.get(first.id) if first is not None else None
-            if s.topic_phrase and paper is not None and self.embedder is not None:
+            short = len(self.question.split()) <= TOPIC_QUESTION_WORDS  # a topic, not a claim told at length
+            if s.topic_phrase and short and paper is not None and self.embedder is not None:
                 match = topic_match(self.question, paper.title or "", paper.abstract, self.embedder)
                 self._far = match is not None and match < s.topic_phrase
         return self._far

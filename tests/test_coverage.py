@@ -32,6 +32,7 @@ from rag_papers.coverage import (
     RESULTS,
     SCOPE,
     SETUP,
+    TOPIC_QUESTION_WORDS,
     VALIDATION,
     WHY,
     CoverageRules,
@@ -693,11 +694,15 @@ def test_a_technical_topic_the_first_paper_does_not_name_is_said_to_match_loosel
     assert LOOSE_MATCH not in engine.ask(named, ExtractiveBackend(engine.settings)).run().uncovered
 
 
-def test_a_far_topic_alone_never_refuses(engine: Engine) -> None:
+def test_a_far_topic_alone_never_refuses(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     """Round 31 (scored once with 8c3c8fc): a paraphrase that says every key concept in other words, with a name no
     abstract has ("MLP-parameterized"), matched the full-waveform inversion paper's phrases under ``topic_phrase``.
     That made the match loose, and a loose match whose every name is unknown is refused: the right paper was never
-    quoted. ``_far_topic`` only adds the loose-match line; the refusal stays with relevance and the flat lift."""
+    quoted. ``_far_topic`` only adds the loose-match line; the refusal stays with relevance and the flat lift. (The
+    question is judged whatever its length here: ``TOPIC_QUESTION_WORDS`` now leaves it alone.)"""
+    import rag_papers.answer as answer_module
+
+    monkeypatch.setattr(answer_module, "TOPIC_QUESTION_WORDS", 100)
     q = (
         "kernel-regime analysis of MLP-parameterized velocity fields for seismic velocity estimation from recorded"
         " wavefields, explaining spectral bias and robustness to the starting guess"
@@ -705,6 +710,20 @@ def test_a_far_topic_alone_never_refuses(engine: Engine) -> None:
     ans = engine.ask(q, ExtractiveBackend(engine.settings)).run()
     assert not ans.refused and seed_id("Full-waveform inversion (FWI)") in ans.citations, ans.answer[:200]
     assert LOOSE_MATCH in ans.uncovered, ans.uncovered
+
+
+def test_a_claim_told_at_length_is_not_judged_as_a_topic(engine: Engine) -> None:
+    """Round 31 (read after 73324e9): three paraphrases of 16 to 22 words that describe the paper's claim in words of
+    their own got the loose-match line from ``topic_match``, as did seven of dev's; every part said in other words
+    lowers the mean over the question's descriptions. A question longer than ``TOPIC_QUESTION_WORDS`` is no topic
+    to judge that way."""
+    q = (
+        "sparse gating for conditional-computation language models with a relaxed binary on/off mask plus"
+        " simplex-valued mixing weights trained with an amortized latent-variable objective"
+    )
+    assert len(q.split()) > TOPIC_QUESTION_WORDS
+    ans = engine.ask(q, ExtractiveBackend(engine.settings)).run()
+    assert not ans.refused and LOOSE_MATCH not in ans.uncovered, ans.uncovered
 
 
 def test_key_phrases_are_the_runs_between_stop_words_and_their_short_parts() -> None:
