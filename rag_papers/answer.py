@@ -24,7 +24,6 @@ from rag_papers.coverage import (
     DESCRIPTION,
     LISTED_BY_FACET,
     NAME,
-    TOPIC_QUESTION_WORDS,
     Analysis,
     Coverage,
     CoverageRules,
@@ -38,7 +37,6 @@ from rag_papers.coverage import (
     name_found,
     split_question,
     technical_question,
-    topic_match,
     topic_text,
 )
 from rag_papers.keyword import paper_text
@@ -712,7 +710,6 @@ class AnswerStream:
         self.names_df = names_df  # papers of the index holding a name (``Index.name_df``): question coverage
         self.answer: Answer | None = None
         self.on_done: Callable[[Answer | None], None] | None = None
-        self._far: bool | None = None  # ``_far_topic``, computed once
         self._writing = False
         self.cancelled = False  # stopped by the user: no Answer is recorded (see ``cancel``)
 
@@ -745,7 +742,7 @@ class AnswerStream:
         # A loose match to a question whose every name is in no indexed abstract ("winning at Monopoly", "DoRA on
         # GLUE") is a match on its everyday words alone: refused like an irrelevant one, and before any LLM is asked.
         # Read rounds 1 to 24: 50 near-misses and 2 unrelated questions, no answerable one (docs/design-notes.md).
-        unknown = self._unknown_names(every=True) if self.result.relevant and self._loose(refusing=True) else None
+        unknown = self._unknown_names(every=True) if self.result.relevant and self._loose() else None
         if not self.result.relevant or unknown is not None:
             nowhere: Coverage | None = unknown
             if unknown is not None:
@@ -899,11 +896,9 @@ class AnswerStream:
             uncovered=uncovered,
         )
 
-    def _loose(self, refusing: bool = False) -> bool:
+    def _loose(self) -> bool:
         """Whether the papers were found relevant only just: hybrid relevance under ``loose_match``, and no sentence
-        of the first papers as close to the question as ``loose_sentence`` (the claim asked about, in other words).
-        ``refusing``: for the refusal of a loose match on unknown names, which ``_far_topic`` never decides: its
-        phrase match misses a question that says every key concept in other words (round 31: one refused)."""
+        of the first papers as close to the question as ``loose_sentence`` (the claim asked about, in other words)."""
         s = self.settings
         if not s.fused_relevance:
             return False  # another scale: the floor is the only call
@@ -911,29 +906,8 @@ class AnswerStream:
         loose = self.result.relevance < s.loose_match and not close
         # A topic no abstract is about, asked in technical words: its nearest papers stand barely above the field
         # ("Which papers tackle over-smoothing in deep graph neural networks?"), however high its relevance.
-        if not self.result.relevant:
-            return False
-        if loose:
-            return True
-        if not technical_question(self.question) or self._anchored():
-            return False
-        flat = self.lift is not None and self.lift < s.flat_lift
-        return flat or (not refusing and self._far_topic())
-
-    def _far_topic(self) -> bool:
-        """Whether the first paper's own phrases stand far from what the question describes (``topic_match`` under
-        ``topic_phrase``): "neural operators as fast surrogates for PDEs" answered from a full-waveform inversion
-        paper. A topic asked in technical words is named in the abstract about it, in those or close words."""
-        if self._far is None:
-            s = self.settings
-            self._far = False
-            first = self.result.results[0] if self.result.results else None
-            paper = self.result.papers.get(first.id) if first is not None else None
-            short = len(self.question.split()) <= TOPIC_QUESTION_WORDS  # a topic, not a claim told at length
-            if s.topic_phrase and short and paper is not None and self.embedder is not None:
-                match = topic_match(self.question, paper.title or "", paper.abstract, self.embedder)
-                self._far = match is not None and match < s.topic_phrase
-        return self._far
+        flat = self.lift is not None and self.lift < s.flat_lift and technical_question(self.question)
+        return self.result.relevant and (loose or (flat and not self._anchored()))
 
     def _anchored(self) -> bool:
         """Whether the question names something an indexed abstract has ("what does ABBA claim?"): it asks about that

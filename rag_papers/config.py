@@ -208,18 +208,6 @@ class Settings(BaseSettings):
             " abstract is about: the nearest papers are only the field's neighbours); 0 turns it off."
         ),
     )
-    # Chosen on the read rounds of eval/qa.jsonl (dev of 1-3, 25-29) before round 31 (blind) was scored;
-    # docs/design-notes.md ("Topic near-misses") has the figures. 0 turns it off.
-    topic_phrase: float = Field(
-        default=0.55,
-        ge=0,
-        le=1,
-        description=(
-            "Hybrid: a question in technical words whose descriptions meet the first paper's own phrases at a mean"
-            " best cosine under this is answered with the loose-match line (the paper is about something else);"
-            " 0 turns it off."
-        ),
-    )
     min_dense: float = Field(default=0.17, description="Relevance floor for the best cosine (dense-only).")
     min_bm25: float = Field(default=0.04, description="Relevance floor for the keyword share (bm25-only).")
     # An optional second stage (rag_papers/rerank.py): off by default, since it adds a cross-encoder

@@ -32,7 +32,6 @@ from rag_papers.coverage import (
     RESULTS,
     SCOPE,
     SETUP,
-    TOPIC_QUESTION_WORDS,
     VALIDATION,
     WHY,
     CoverageRules,
@@ -40,13 +39,11 @@ from rag_papers.coverage import (
     asked_facet,
     comparison_sides,
     decide,
-    key_phrases,
     name_found,
     scope_asked,
     split_question,
     states_facet,
     technical,
-    topic_match,
 )
 from rag_papers.keyword import paper_text
 from rag_papers.llm import BackendDefaults, ExtractiveBackend
@@ -635,17 +632,14 @@ def test_a_paper_the_question_names_is_read_however_far_below_the_best(engine: E
 def test_a_relevant_but_loose_match_is_said_first(engine: Engine) -> None:
     """Lay near-misses on neighbouring topics pass every aspect the rules test (rounds 12 to 15: 7, 6, 7 and 5 of
     18 answered plainly); their retrieval relevance is just over the floor. Under ``loose_match`` the answer says
-    first that the abstracts match only loosely; with it (and ``flat_lift``, ``topic_phrase``) at 0, as before,
-    nothing is said."""
+    first that the abstracts match only loosely; with it (and ``flat_lift``) at 0, as before, nothing is said."""
     q = "Why do AI chatbots sometimes refuse perfectly harmless requests?"
     result = engine.search(q)
     assert result.relevant and result.relevance < engine.settings.loose_match, result.relevance
     ans = engine.ask(q, ExtractiveBackend(engine.settings)).run()
     assert not ans.refused and LOOSE_MATCH in ans.uncovered
     assert ans.answer.startswith("The abstracts match this question only loosely")
-    off = Engine(
-        engine.settings.model_copy(update={"loose_match": 0.0, "flat_lift": 0.0, "topic_phrase": 0.0}), engine.index
-    )
+    off = Engine(engine.settings.model_copy(update={"loose_match": 0.0, "flat_lift": 0.0}), engine.index)
     assert off.ask(q, ExtractiveBackend(off.settings)).run().uncovered == []
 
 
@@ -667,76 +661,6 @@ def test_a_technical_topic_no_abstract_is_about_is_said_to_match_loosely(engine:
     # a technical question on a topic the abstracts are about stands well above the field
     on_topic = "Which papers speed up inference of diffusion large language models without retraining?"
     assert LOOSE_MATCH not in engine.ask(on_topic, ExtractiveBackend(engine.settings)).run().uncovered
-
-
-def test_a_technical_topic_the_first_paper_does_not_name_is_said_to_match_loosely(engine: Engine) -> None:
-    """Read round 27 (topics): "Which papers learn neural operators as fast surrogates for solving partial
-    differential equations?" was answered plainly from the full-waveform inversion paper. Its best paper stands well
-    above the field (no flat lift), but none of that paper's own phrases is close to "neural operators" or "fast
-    surrogates" (``topic_match`` under ``topic_phrase``), so the answer says first that the abstracts match only
-    loosely; ``topic_phrase`` 0 turns that off, and a technical question the first paper does name stays plain."""
-    q = "Which papers learn neural operators as fast surrogates for solving partial differential equations?"
-    result = engine.search(q, 10)
-    lift = engine.lift(q, result)
-    assert result.relevant and lift is not None and lift >= engine.settings.flat_lift, lift
-    first = result.papers[result.results[0].id]
-    match = topic_match(q, first.title or "", first.abstract, engine.index.embedder)
-    assert match is not None and match < engine.settings.topic_phrase, match
-    ans = engine.ask(q, ExtractiveBackend(engine.settings)).run()
-    assert not ans.refused and LOOSE_MATCH in ans.uncovered, ans.uncovered
-    assert ans.answer.startswith("The abstracts match this question only loosely"), ans.answer[:80]
-    off = Engine(engine.settings.model_copy(update={"topic_phrase": 0.0}), engine.index)
-    assert LOOSE_MATCH not in off.ask(q, ExtractiveBackend(off.settings)).run().uncovered
-    named = "Which papers study temporal graph neural networks and how to explain their predictions?"
-    found = engine.search(named, 10)
-    paper = found.papers[found.results[0].id]
-    assert (topic_match(named, paper.title or "", paper.abstract, engine.index.embedder) or 0) >= 0.55
-    assert LOOSE_MATCH not in engine.ask(named, ExtractiveBackend(engine.settings)).run().uncovered
-
-
-def test_a_far_topic_alone_never_refuses(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Round 31 (scored once with 8c3c8fc): a paraphrase that says every key concept in other words, with a name no
-    abstract has ("MLP-parameterized"), matched the full-waveform inversion paper's phrases under ``topic_phrase``.
-    That made the match loose, and a loose match whose every name is unknown is refused: the right paper was never
-    quoted. ``_far_topic`` only adds the loose-match line; the refusal stays with relevance and the flat lift. (The
-    question is judged whatever its length here: ``TOPIC_QUESTION_WORDS`` now leaves it alone.)"""
-    import rag_papers.answer as answer_module
-
-    monkeypatch.setattr(answer_module, "TOPIC_QUESTION_WORDS", 100)
-    q = (
-        "kernel-regime analysis of MLP-parameterized velocity fields for seismic velocity estimation from recorded"
-        " wavefields, explaining spectral bias and robustness to the starting guess"
-    )
-    ans = engine.ask(q, ExtractiveBackend(engine.settings)).run()
-    assert not ans.refused and seed_id("Full-waveform inversion (FWI)") in ans.citations, ans.answer[:200]
-    assert LOOSE_MATCH in ans.uncovered, ans.uncovered
-
-
-def test_a_claim_told_at_length_is_not_judged_as_a_topic(engine: Engine) -> None:
-    """Round 31 (read after 73324e9): three paraphrases of 16 to 22 words that describe the paper's claim in words of
-    their own got the loose-match line from ``topic_match``, as did seven of dev's; every part said in other words
-    lowers the mean over the question's descriptions. A question longer than ``TOPIC_QUESTION_WORDS`` is no topic
-    to judge that way."""
-    q = (
-        "sparse gating for conditional-computation language models with a relaxed binary on/off mask plus"
-        " simplex-valued mixing weights trained with an amortized latent-variable objective"
-    )
-    assert len(q.split()) > TOPIC_QUESTION_WORDS
-    ans = engine.ask(q, ExtractiveBackend(engine.settings)).run()
-    assert not ans.refused and LOOSE_MATCH not in ans.uncovered, ans.uncovered
-
-
-def test_key_phrases_are_the_runs_between_stop_words_and_their_short_parts() -> None:
-    """``topic_match`` reads a paper's phrases: runs of words cut at stop words and punctuation (not hyphens), each
-    whole up to ``KEY_PHRASE_RUN`` words, and every part of up to ``KEY_PHRASE_WORDS``."""
-    text = (
-        "Temporal graph neural networks (TGNN) extend graph neural networks to dynamic networks; a sliding-window one."
-    )
-    phrases = key_phrases(text)
-    assert "Temporal graph neural networks" in phrases and "graph neural" in phrases and "TGNN" in phrases
-    assert "extend graph neural networks" in phrases and "dynamic networks" in phrases and "sliding-window" in phrases
-    assert not any(p.split()[0].lower() in {"to", "a", "the"} for p in phrases), phrases
-    assert not any("networks dynamic" in p or "TGNN extend" in p for p in phrases), phrases  # cut at "to", ")"
 
 
 def test_the_field_sample_is_read_from_the_vectors_ingest_stored(
