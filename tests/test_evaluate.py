@@ -136,7 +136,7 @@ def test_the_committed_split_is_the_seeded_one_and_the_set_is_large_enough() -> 
             assert abs(sum(r["split"] == "test" for r in group) - len(group) / 2) <= 0.5, (n, key)
     for n in range(4, 33):
         late = [r for r in rows if _round(r) == n]
-        size, near_misses = (96, 48) if n >= 27 else (150, 60)  # rounds 27 to 32 ask of topics (31, 32: and paraphrases)
+        size, near_misses = (96, 48) if n >= 27 else (150, 60)  # rounds 27 to 32 ask of topics (and more)
         assert len(late) >= size and all(r["split"] == "test" for r in late), f"round {n}"
         assert sum(r.get("subkind") == "near-miss" for r in late) >= near_misses, f"round {n}"
         assert all(r["absent"] for r in late if r.get("subkind") == "near-miss"), f"round {n}"
