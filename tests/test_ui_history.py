@@ -215,3 +215,16 @@ def test_a_malformed_or_tampered_history_is_skipped_not_trusted(stored: Any, eng
     assert "<script>" not in html and "<b>" not in html, html
     shown = unescape(html)
     assert "<b>bold</b>" in shown and "<script>alert(1)</script>" in shown  # what was stored, shown as text
+
+
+def test_a_question_asked_as_the_rewrite_switch_is_ticked_keeps_the_tick(engine: Any) -> None:
+    """A CI run showed a conversation asked just after ticking "Show rewritten question" rendered without its
+    "Searched for" lines, the switch still ticked: on a fresh page the tick and the question each started from no
+    state, and the question's new state, saved last, had the switch off. The question now carries the switch."""
+    from rag_papers.ui.chat_app import ChatApp
+
+    app = ChatApp(engine.settings, engine)
+    _, ticked = app.toggle_rewrite(True, None)  # both events start before either has stored a state
+    asked = app.accept(TURNS[0], None, False, True)[-2]
+    assert ticked.show_rewrite and asked.show_rewrite
+    assert app.accept(TURNS[1], asked, False, False)[-2].show_rewrite is False  # untick, then ask

@@ -272,9 +272,17 @@ class ChatApp:
             turns.pop()
 
     # ---------------------------------------------------------------- handlers
-    def accept(self, question: str, state: UIState | None, retrieval_only: bool) -> tuple[Any, ...]:
-        """Show the question at once (not queued), so the user sees it before any work starts."""
+    def accept(
+        self, question: str, state: UIState | None, retrieval_only: bool, show_rewrite: bool | None = None
+    ) -> tuple[Any, ...]:
+        """Show the question at once (not queued), so the user sees it before any work starts.
+
+        The rewrite switch comes with the question: on a fresh page a tick and a question sent together each
+        start from no state, and the one saved last would otherwise decide whether the switch holds.
+        """
         state = state or self.new_state()
+        if show_rewrite is not None:
+            state.show_rewrite = bool(show_rewrite)
         question = (question or "").strip()
         if not question:
             return ("", *self._skip(4), *self._skip(3), state, None)
@@ -1046,7 +1054,7 @@ class ChatApp:
         """Asking (typed, an example, regenerate), editing the last question, stop, new chat and the trash icon."""
         accept_args: dict[str, Any] = {
             "fn": self.accept,
-            "inputs": [ui.msg, ui.state, ui.retrieval_only],
+            "inputs": [ui.msg, ui.state, ui.retrieval_only, ui.show_rewrite],
             "outputs": [
                 ui.msg,
                 ui.chatbot,
