@@ -43,6 +43,7 @@ import random
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -297,8 +298,20 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--smollm", type=int, default=0, metavar="N", help="also SmolLM2 on N + N sampled questions")
     args = ap.parse_args(argv)
+    if args.cross_encoder < 0 or args.smollm < 0:
+        ap.error("--cross-encoder and --smollm take a number of questions, 0 or more")
+    if args.home and not Path(args.home).is_dir():  # Engine would make an empty index there
+        sys.exit(f"no data directory at {args.home}: run `rag-papers ingest --home {args.home}` first")
     engine = Engine(Settings(home=args.home) if args.home else Settings())
+    # The questions' gold papers are the seeds: another library has none of them (the same check as `eval`).
+    known = {p.id for p in engine.index.papers()}
+    if not known or not {g for d in read_part() for g in d.get("gold", [])} <= known:
+        sys.exit(
+            "the index does not hold the seeds eval/qa.jsonl asks about: run `rag-papers ingest` (the seeds) first"
+        )
     rows, abstract_vec, sent = collect(engine)
+    if args.smollm > min(sum(r.near_miss for r in rows), sum(not r.near_miss for r in rows)):
+        sys.exit(f"--smollm {args.smollm} is more questions of a kind than the read part has")
     labels = [r.near_miss for r in rows]
     for r in rows:
         r.extra["acos"] = -float(abstract_vec[r.top[0]] @ r.qv)
