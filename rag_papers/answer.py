@@ -40,7 +40,7 @@ from rag_papers.coverage import (
     topic_text,
 )
 from rag_papers.keyword import paper_text
-from rag_papers.llm import Backend, Message, estimate_tokens
+from rag_papers.llm import Backend, Message, Thinking, estimate_tokens, reply
 from rag_papers.retrieve import Hit, SearchResult
 
 if TYPE_CHECKING:
@@ -78,6 +78,8 @@ class Answer:
     # GLUE"), and those parts: what the quoted abstracts (or, for a model, what the model says) leave out.
     caveat: str | None = None
     uncovered: list[str] = field(default_factory=list)
+    # A thinking model's reasoning, kept apart: never in ``answer``, its citations or claims, the export or --json.
+    reasoning: str = ""
 
     @property
     def unsupported(self) -> list[Claim]:
@@ -91,6 +93,7 @@ class Answer:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("search")
+        d.pop("reasoning")  # the model's working, not its answer: the UI shows it folded, nothing else carries it
         d["sources"] = [s.source_dict() for s in self.sources]  # a source's keys, not a search result's
         return d
 
@@ -179,6 +182,16 @@ SOURCE_CLOSE = "</source>"
 # uses to mark where a source, the question or a chat turn begins is rendered harmless, in this order.
 _AS_DATA: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"<\|[^|<>\n]{0,40}\|>|<\||\|>"), " "),  # chat-template tokens: <|im_start|>, <|eot_id|>
+    # Other families' turn markers, which llama.cpp reads as special tokens in a prompt (Gemma's, Llama 2 and
+    # Mistral's [INST], Mistral v7's [SYSTEM_PROMPT]), and the reasoning blocks (``llm.THINK_TAGS``).
+    (
+        re.compile(
+            r"<\s*/?\s*(?:start_of_turn|end_of_turn|bos|eos|s|think|thinking)\s*>"
+            r"|\[\s*/?\s*(?:INST|SYSTEM_PROMPT|THINK|AVAILABLE_TOOLS|TOOL_CALLS)\s*\]",
+            re.IGNORECASE,
+        ),
+        " ",
+    ),
     (re.compile(r"<\s*/?\s*source\b[^<>]*>?", re.IGNORECASE), " "),  # the fence's own tags
     # Source numbers, [2] or [1, 3]: in fullwidth brackets they read the same and are no citation.
     (re.compile(r"\[(\s*\d+\s*(?:[,;\u2013-]\s*\d+\s*)*)\]"), "\uff3b\\1\uff3d"),
@@ -686,6 +699,9 @@ def removed_note(removed: list[str]) -> str:
 
 
 # ---------------------------------------------------------------------- answer
+THINK_PIECE_CHARS = 16  # a reasoning piece this short is one token (Ollama and llama.cpp stream a token a piece)
+
+
 class AnswerStream:
     """Iterate for checked text chunks; ``.answer`` holds the full ``Answer`` once done."""
 
@@ -712,12 +728,22 @@ class AnswerStream:
         self.on_done: Callable[[Answer | None], None] | None = None
         self._writing = False
         self.cancelled = False  # stopped by the user: no Answer is recorded (see ``cancel``)
+        self.reasoning = ""  # a thinking model's reasoning so far (``llm.Thinking``), shown apart from the answer
+        self.thinking_since: float | None = None  # when the reasoning began (perf_counter)
 
     @property
     def phase(self) -> str:
         """What the answer waits for, for a UI to say: "waiting" (the model is busy with another
-        answer), "loading" (the model), "reading" (the abstracts: before the first token), "writing"."""
+        answer), "loading" (the model), "reading" (the abstracts: before the first token), "thinking"
+        (a thinking model reasons before it answers; ``thinking_seconds``), "writing"."""
+        if self.thinking_since is not None and not self._writing:
+            return "thinking"
         return self.backend.phase or ("writing" if self._writing else "reading")
+
+    @property
+    def thinking_seconds(self) -> float:
+        """How long the model has been reasoning (0 before it starts)."""
+        return 0.0 if self.thinking_since is None else time.perf_counter() - self.thinking_since
 
     def cancel(self) -> None:
         """Stop generating (the UI's Stop): backends that can (llama.cpp) end at their next token.
@@ -823,13 +849,24 @@ class AnswerStream:
             line = coverage.line()
             if line:
                 yield f"{line}.\n\n"
-            chunks = self.backend.stream(messages, s.max_answer_tokens)
+            chunks = reply(self.backend, messages, s.max_answer_tokens)
         filt = CitationFilter(len(used))
         guard = RepeatGuard()
-        looped = False
+        looped = overthought = False
         parts: list[str] = []
         first: float | None = None
+        thought = 0  # reasoning tokens: a piece a token (Ollama streams one a chunk), or more for a long one
         for chunk in chunks:
+            if isinstance(chunk, Thinking):  # reasoning: kept apart, and the clock shown (``phase``)
+                if self.thinking_since is None:
+                    self.thinking_since = time.perf_counter()
+                self.reasoning += chunk
+                thought += 1 if len(chunk) <= THINK_PIECE_CHARS else estimate_tokens(chunk)
+                overthought = first is None and thought > s.max_thinking_tokens
+                yield ""
+                if overthought or self.cancelled:
+                    break
+                continue
             if not chunk:
                 yield ""  # a backend's keepalive while it waits or reads: lets the caller show why
                 continue
@@ -843,7 +880,7 @@ class AnswerStream:
                 looped = guard.feed(out)
             if self.cancelled or looped:
                 break
-        if looped:  # stop the model now: closing its stream ends a llama.cpp generation or an Ollama request
+        if looped or overthought:  # stop the model now: closing its stream ends a llama.cpp generation or a request
             close = getattr(chunks, "close", None)
             if callable(close):
                 close()
@@ -853,8 +890,14 @@ class AnswerStream:
         if rest:
             parts.append(rest)
             yield rest
+        # All reasoning and no answer: one line with the fix (not "cites no source"), said as the answer's text.
+        spent = self._spent_note(overthought) if self.thinking_since is not None and not "".join(parts).strip() else ""
+        if spent:
+            yield spent
         timings["first_token_ms"] = round(((first or time.perf_counter()) - t0) * 1000, 2)
         timings["generation_ms"] = round((time.perf_counter() - t0) * 1000, 2)
+        if self.thinking_since is not None:
+            timings["thinking_ms"] = round(((first or time.perf_counter()) - self.thinking_since) * 1000, 2)
         sources = [h.numbered(n, n in filt.used) for n, (h, _) in enumerate(used, 1)]
         cited = [sources[i - 1].id for i in filt.used]
         text = tidy("".join(parts))
@@ -870,14 +913,17 @@ class AnswerStream:
             if coverage is not None and coverage.line():
                 text = f"{coverage.line()}.\n\n{text}"
         notes = [DECLINED_NOTE] if refused else []
+        if spent:
+            notes.append(spent)
+            text = f"{coverage.line()}.\n\n{spent}" if coverage is not None and coverage.line() else spent
         if looped:
             notes.append(f"cut: the model repeated the same text {REPEAT_LIMIT} times, so its generation was stopped")
         if filt.removed:
             notes.append(removed_note(filt.removed))
-        elif not cited and not refused:
+        elif not cited and not refused and not spent:
             notes.append("the answer cites no source; treat it with care")
         notice = "; ".join(notes) or self.backend_note or None
-        claims = [] if refused else self._claims(text, used)
+        claims = [] if refused or spent else self._claims(text, used)
         timings["claims_ms"] = round((time.perf_counter() - t0) * 1000 - timings["generation_ms"], 2)
         self.answer = Answer(
             self.question,
@@ -894,6 +940,20 @@ class AnswerStream:
             claims=claims,
             caveat=caveat,
             uncovered=uncovered,
+            reasoning=self.reasoning,
+        )
+
+    def _spent_note(self, overthought: bool) -> str:
+        """The one line for a thinking model that wrote no answer, naming the fix."""
+        s = self.settings
+        why = (
+            f"its reasoning ran past max_thinking_tokens ({s.max_thinking_tokens})"
+            if overthought
+            else "it spent its token budget reasoning"
+        )
+        return (
+            f"The model wrote no answer: {why}. Raise max_thinking_tokens or max_answer_tokens "
+            f"(now {s.max_answer_tokens}), or set think = off."
         )
 
     def _loose(self) -> bool:

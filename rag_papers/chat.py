@@ -20,7 +20,7 @@ from rag_papers.corpus import STOPWORDS, clip
 from rag_papers.coverage import asks_for_papers, comparison_sides
 from rag_papers.index import Index
 from rag_papers.keyword import QUERY_BOILERPLATE, keyword_tokens, paper_text
-from rag_papers.llm import Backend, LLMError, get_backend
+from rag_papers.llm import Backend, LLMError, generate_text, get_backend
 from rag_papers.retrieve import Filters, Hit, Retriever, SearchResult
 
 LIST_TOP_K = 10  # papers a "which papers ..." question retrieves at least, to list every one above the floor
@@ -542,7 +542,7 @@ class ChatSession:
             history=history, question=" ".join(question.split())
         )
         try:
-            text = "".join(backend.stream([{"role": "user", "content": prompt}], 96))
+            text = generate_text(backend, [{"role": "user", "content": prompt}], 96)  # without any reasoning
         except LLMError:
             return None
         conversation = " ".join(

@@ -10,6 +10,9 @@ from typing import Any, Literal, get_args
 
 RetrievalMode = Literal["hybrid", "dense", "bm25"]
 EmbedBackend = Literal["torch", "onnx", "onnx-int8"]
+# ``Settings.think``: a thinking model's reasoning off or on, or a level for the models that take one (gpt-oss).
+ThinkMode = Literal["off", "on", "low", "medium", "high"]
+THINK_MODES: tuple[ThinkMode, ...] = get_args(ThinkMode)
 RETRIEVAL_MODES: tuple[RetrievalMode, ...] = get_args(RetrievalMode)
 EMBED_BACKENDS: tuple[EmbedBackend, ...] = get_args(EmbedBackend)
 # The configurations `rag-papers eval` scores unless told otherwise (rag_papers/evaluate.py); `--configs` help lists them.

@@ -606,9 +606,12 @@ def cmd_ask(args: argparse.Namespace) -> int:
         return 0
     if backend.extractive and (args.llm in (None, AUTO)) and settings.llm == AUTO and _first_time(settings, note):
         print(_safe(f"({note})"), file=sys.stderr)
+    clock = ThinkingClock(sys.stderr)
     for chunk in stream:
+        clock.tick(stream.phase, stream.thinking_seconds)
         sys.stdout.write(_safe(chunk))  # a split escape sequence loses its ESC here: harmless text is left
         sys.stdout.flush()
+    clock.tick("", stream.thinking_seconds)
     answer = stream.answer
     assert answer is not None
     print()
@@ -622,7 +625,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     _print_unsupported(answer)
     if answer.uncovered and answer.caveat and not answer.answer.startswith(answer.caveat):
         print(_safe(f"\n{answer.caveat}."))  # what the model said the abstracts leave out (its line is taken out)
-    if answer.notice and (not answer.refused or answer.model_refused) and answer.notice != note:
+    if answer.notice and (not answer.refused or answer.model_refused) and answer.notice not in (note, answer.answer):
         print(_safe(f"\nNote: {answer.notice}"))
     t = answer.timings
     print(
@@ -633,6 +636,37 @@ def cmd_ask(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+class ThinkingClock:
+    """While a thinking model reasons, says so on stderr with the seconds so far: one line rewritten each second on
+    a terminal, a line every ``EVERY`` seconds otherwise; then how long it thought. The reasoning itself is not
+    printed: it is not the answer."""
+
+    EVERY = 10.0
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.tty = use_colour(None, out)
+        self.shown = -1.0  # the seconds last said; -1: nothing said yet
+        self.done = False
+
+    def tick(self, phase: str, seconds: float) -> None:
+        if self.done:
+            return
+        if phase == "thinking":
+            step = 1.0 if self.tty else self.EVERY
+            if self.shown < 0 or seconds - self.shown >= step:
+                self.shown = seconds
+                line = f"thinking… {seconds:.0f} s"
+                self.out.write(f"\r{line}\033[K" if self.tty else f"({line})\n")
+                self.out.flush()
+        elif self.shown >= 0:  # the answer begins (or the stream ended): say how long it thought
+            self.done = True
+            self.out.write(
+                f"\r(thought for {seconds:.0f} s)\033[K\n" if self.tty else f"(thought for {seconds:.0f} s)\n"
+            )
+            self.out.flush()
 
 
 def _print_unsupported(answer: Any) -> None:

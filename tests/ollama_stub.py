@@ -22,6 +22,20 @@ Behaviour knobs are plain attributes and may be changed while the server runs:
   ``done`` line); a non-streaming response is cut off before any byte is
   sent.
 * ``models`` -- list of installed model names.
+* ``thinking_models`` -- models with the ``thinking`` capability (qwen3, deepseek-r1, gpt-oss): they reason before
+  answering, in ``message.thinking`` chunks (``response``'s ``thinking`` for /api/generate), whenever the
+  request's ``think`` is absent, true or a level, and not when it is false.
+* ``thinking`` -- the reasoning text, or a callable ``(request_json) -> str``.
+* ``always_think`` -- thinking models that cannot turn thinking off (gpt-oss): ``think: false`` is ignored, and
+  they take a level (``"low"``, ``"medium"``, ``"high"``).
+* ``legacy`` -- speak as a server older than thinking support (version 0.6.3): no ``capabilities`` in
+  /api/show, ``think`` in a request ignored, and a thinking model's reasoning inline at the start of the
+  content, ``<think>...</think>``, as DeepSeek-R1 and Qwen3 GGUFs wrote it there.
+* ``version`` -- what /api/version says (``LEGACY_VERSION`` under ``legacy``).
+
+Today's server (the default) also refuses ``think`` for a model without the capability (HTTP 400, as Ollama
+0.9 and later do), and stops at the request's ``num_predict`` tokens, thinking included, with
+``done_reason`` ``length``.
 
 Every POST body received is recorded in ``stub.requests`` as ``(path, json)``.
 ``stop()`` shuts the server down *and* severs open keep-alive connections, so
@@ -47,13 +61,20 @@ __all__ = ["OllamaStub", "tokenize"]
 
 ReplySource = str | Callable[[dict[str, Any]], str]
 
-OLLAMA_VERSION = "0.6.3"
+OLLAMA_VERSION = "0.12.6"  # thinking in its own field, ``capabilities`` in /api/show, ``think`` levels
+LEGACY_VERSION = "0.6.3"  # before any of that
+THINK_LEVELS = ("low", "medium", "high")
 CONTEXT_LENGTH = 131072
 _TEMPLATE = (
     "<|start_header_id|>system<|end_header_id|>\n\n{{ .System }}<|eot_id|>"
     "{{ range .Messages }}<|start_header_id|>{{ .Role }}<|end_header_id|>\n\n"
     "{{ .Content }}<|eot_id|>{{ end }}"
     "<|start_header_id|>assistant<|end_header_id|>\n\n"
+)
+# A thinking model's template (Qwen3's, cut down): it mentions the reasoning block.
+_THINK_TEMPLATE = (
+    "{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}"
+    "<|im_start|>assistant\n{{ if .Thinking }}<think>{{ .Thinking }}</think>{{ end }}"
 )
 _PARAMETERS = (
     'stop                           "<|start_header_id|>"\n'
@@ -83,7 +104,7 @@ def _normalise(name: str) -> str:
 
 
 def _family(name: str) -> str:
-    base = name.rsplit("/", 1)[-1].split(":", 1)[0].lower()
+    base = name.rsplit("/", 1)[-1].split(":", 1)[0].lower().replace("-", "")
     for fam in (
         "llama",
         "qwen2",
@@ -93,6 +114,7 @@ def _family(name: str) -> str:
         "gemma",
         "mistral",
         "phi3",
+        "gptoss",
     ):
         if base.startswith(fam):
             return fam
@@ -236,7 +258,7 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/":
             self._send_bytes(HTTPStatus.OK, b"Ollama is running", "text/plain; charset=utf-8")
         elif path == "/api/version":
-            self._send_json(HTTPStatus.OK, {"version": OLLAMA_VERSION})
+            self._send_json(HTTPStatus.OK, {"version": self.stub.server_version})
         elif path == "/api/tags":
             self._send_json(
                 HTTPStatus.OK,
@@ -274,6 +296,24 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._send_json(HTTPStatus.OK, self.stub._show_entry(known))
 
+    def _thinks(self, model: str, data: dict[str, Any]) -> bool | str:
+        """Whether this request thinks (False), and how: True for today's separate field, "inline" for a legacy
+        server's ``<think>`` in the content; or an error message (a str starting "!") for an HTTP 400."""
+        stub = self.stub
+        thinker = model in stub.thinking_models or model in stub.always_think
+        if stub.legacy:  # an old server does not know ``think``: a thinking model always reasons, inline
+            return "inline" if thinker else False
+        think = data.get("think")
+        if think is not None and not isinstance(think, bool) and think not in THINK_LEVELS:
+            return f"!invalid think value: {think!r} (must be true, false or one of {', '.join(THINK_LEVELS)})"
+        if think not in (None, False) and not thinker:
+            return f'!"{model}" does not support thinking'
+        if isinstance(think, str) and model not in stub.always_think:
+            return True  # a level for a model without levels is taken as on
+        if think is False:
+            return model in stub.always_think
+        return thinker
+
     def _chat(self, data: dict[str, Any]) -> None:
         self._complete(data, chat=True)
 
@@ -292,8 +332,24 @@ class _Handler(BaseHTTPRequestHandler):
             return
 
         started = time.perf_counter_ns()
+        thinks = self._thinks(model, data)
+        if isinstance(thinks, str) and thinks.startswith("!"):
+            self._send_error_json(HTTPStatus.BAD_REQUEST, thinks[1:])
+            return
         reply = stub._reply_for(data)
-        tokens = tokenize(reply)
+        thought = stub._thinking_for(data) if thinks else ""
+        if thinks == "inline":
+            reply, thought = f"<think>\n{thought}\n</think>\n\n{reply}", ""
+        # (kind, text) pieces: the reasoning first, then the answer; cut at num_predict as the server cuts.
+        pieces = [("thinking", t) for t in tokenize(thought)] + [("content", t) for t in tokenize(reply)]
+        options = data.get("options")
+        limit = options.get("num_predict") if isinstance(options, dict) else None
+        done_reason = "stop"
+        if isinstance(limit, int) and 0 <= limit < len(pieces):
+            pieces, done_reason = pieces[:limit], "length"
+        tokens = [t for kind, t in pieces if kind == "content"]
+        reply = "".join(tokens)
+        thought = "".join(t for kind, t in pieces if kind == "thinking")
         stream = data.get("stream", True) is not False
         die_after = stub.die_after_tokens
 
@@ -308,45 +364,49 @@ class _Handler(BaseHTTPRequestHandler):
             self._abort()
             return
 
-        def piece(content: str, *, done: bool) -> dict[str, Any]:
+        def piece(content: str, *, done: bool, thinking: str = "") -> dict[str, Any]:
             obj: dict[str, Any] = {"model": name, "created_at": _now_rfc3339()}
             if chat:
                 obj["message"] = {"role": "assistant", "content": content}
+                if thinking:
+                    obj["message"]["thinking"] = thinking
             else:
                 obj["response"] = content
+                if thinking:
+                    obj["thinking"] = thinking
             obj["done"] = done
             return obj
 
-        def final(content: str) -> dict[str, Any]:
-            obj = piece(content, done=True)
+        def final(content: str, thinking: str = "") -> dict[str, Any]:
+            obj = piece(content, done=True, thinking=thinking)
             total = time.perf_counter_ns() - started
             obj.update(
                 {
-                    "done_reason": "stop",
+                    "done_reason": done_reason,
                     "total_duration": total,
                     "load_duration": 1_000_000,
                     "prompt_eval_count": prompt_eval_count,
                     "prompt_eval_duration": 2_000_000,
-                    "eval_count": len(tokens),
+                    "eval_count": len(pieces),
                     "eval_duration": max(1, total - 3_000_000),
                 }
             )
             if not chat:
-                obj["context"] = list(range(1, prompt_eval_count + len(tokens) + 1))
+                obj["context"] = list(range(1, prompt_eval_count + len(pieces) + 1))
             return obj
 
         if not stream:
             if die_after is not None:
-                for _ in tokens[:die_after]:
+                for _ in pieces[:die_after]:
                     if not stub._sleep(stub.token_delay):
                         break
                 self._abort()
                 return
-            for _ in tokens[1:]:
+            for _ in pieces[1:]:
                 if not stub._sleep(stub.token_delay):
                     self._abort()
                     return
-            self._send_json(HTTPStatus.OK, final(reply))
+            self._send_json(HTTPStatus.OK, final(reply, thought))
             return
 
         try:
@@ -354,15 +414,16 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Type", "application/x-ndjson")
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
-            for index, token in enumerate(tokens):
+            for index, (kind, token) in enumerate(pieces):
                 if die_after is not None and index >= die_after:
                     self._abort()
                     return
                 if index > 0 and not stub._sleep(stub.token_delay):
                     self._abort()
                     return
-                self._write_chunk(json.dumps(piece(token, done=False)).encode("utf-8") + b"\n")
-            if die_after is not None and len(tokens) <= die_after and die_after >= 0:
+                chunk = piece("", done=False, thinking=token) if kind == "thinking" else piece(token, done=False)
+                self._write_chunk(json.dumps(chunk).encode("utf-8") + b"\n")
+            if die_after is not None and len(pieces) <= die_after and die_after >= 0:
                 # Asked to die after at least as many tokens as there are: die
                 # right before the final "done" line.
                 self._abort()
@@ -384,6 +445,11 @@ class OllamaStub:
         token_delay: float = 0.0,
         first_token_delay: float = 0.0,
         die_after_tokens: int | None = None,
+        thinking_models: Iterable[str] = (),
+        thinking: ReplySource = "The user asks about the abstracts. Source 1 answers it, so the answer cites [1].",
+        always_think: Iterable[str] = (),
+        legacy: bool = False,
+        version: str | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
         verbose: bool = False,
@@ -393,6 +459,11 @@ class OllamaStub:
         self.token_delay: float = token_delay
         self.first_token_delay: float = first_token_delay
         self.die_after_tokens: int | None = die_after_tokens
+        self.thinking_models: set[str] = {_normalise(m) for m in thinking_models} | set(thinking_models)
+        self.always_think: set[str] = {_normalise(m) for m in always_think} | set(always_think)
+        self.thinking: ReplySource = thinking
+        self.legacy: bool = legacy
+        self.version: str | None = version
         self.verbose: bool = verbose
         self.requests: list[tuple[str, Any]] = []
         self.host: str = host
@@ -463,6 +534,11 @@ class OllamaStub:
     ) -> None:
         self.stop()
 
+    @property
+    def server_version(self) -> str:
+        """What /api/version says: ``version`` if set, else today's or (``legacy``) the old one."""
+        return self.version or (LEGACY_VERSION if self.legacy else OLLAMA_VERSION)
+
     # --------------------------------------------------------------- helpers
     def requests_to(self, path: str) -> list[Any]:
         """Bodies of the recorded requests sent to ``path`` (e.g. ``/api/chat``)."""
@@ -503,6 +579,10 @@ class OllamaStub:
         reply = self.reply
         return str(reply(data)) if callable(reply) else str(reply)
 
+    def _thinking_for(self, data: dict[str, Any]) -> str:
+        thinking = self.thinking
+        return str(thinking(data)) if callable(thinking) else str(thinking)
+
     def _find_model(self, name: str) -> str | None:
         if not name:
             return None
@@ -536,15 +616,15 @@ class OllamaStub:
             "details": cls._details(name),
         }
 
-    @classmethod
-    def _show_entry(cls, name: str) -> dict[str, Any]:
+    def _show_entry(self, name: str) -> dict[str, Any]:
         family = _family(name)
-        return {
+        thinker = name in self.thinking_models or name in self.always_think
+        entry: dict[str, Any] = {
             "license": "Stub license.",
             "modelfile": f"# Modelfile generated by ollama-stub\nFROM {_normalise(name)}\n",
             "parameters": _PARAMETERS,
-            "template": _TEMPLATE,
-            "details": cls._details(name),
+            "template": _THINK_TEMPLATE if thinker else _TEMPLATE,
+            "details": self._details(name),
             "model_info": {
                 "general.architecture": family,
                 "general.basename": name.split(":", 1)[0],
@@ -555,6 +635,9 @@ class OllamaStub:
                 f"{family}.embedding_length": 3072,
                 f"{family}.block_count": 28,
             },
-            "capabilities": ["completion", "tools"],
+            "capabilities": ["completion", "tools", *(["thinking"] if thinker else [])],
             "modified_at": "2025-01-01T12:00:00.000000000Z",
         }
+        if self.legacy:
+            del entry["capabilities"]  # a server older than 0.6.4 sends none
+        return entry

@@ -406,6 +406,7 @@ class ChatApp:
             model_wait = 0.0  # the model busy with another session's answer (a one-at-a-time backend)
             for chunk in stream:
                 ex.text += chunk
+                ex.reasoning, ex.thinking_s = stream.reasoning, stream.thinking_seconds
                 now = time.perf_counter()
                 phase, ex.phase = ex.phase, stream.phase
                 if ex.phase == "waiting" and waiting_since is None:

@@ -36,6 +36,7 @@ PHASE_WORDS = {
     "waiting": "Waiting for the model: it is writing another answer…",
     "loading": "Loading the model…",
     "reading": "The model is reading the abstracts…",
+    "thinking": "The model is thinking before it answers…",
     "writing": "Writing the answer…",
 }
 
@@ -184,6 +185,8 @@ def render_exchange(index: int, ex: Exchange, show_rewrite: bool) -> str:
     parts: list[str] = []
     if show_rewrite and ex.standalone and ex.standalone != ex.question:
         parts.append(_macro("chat.html", "searched", ex.standalone))
+    if ex.reasoning:  # a thinking model's reasoning: folded, apart from the answer, never part of it
+        parts.append(_macro("chat.html", "reasoning", ex.reasoning, ex.thinking_s, ex.phase == "thinking"))
     if ex.mode == "search" and ex.done and not ex.error:
         if not ex.items:  # ex.text: why, when the filters excluded every paper (set by run_search)
             parts.append(_macro("chat.html", "no_match", ex.text))
@@ -208,7 +211,7 @@ def render_exchange(index: int, ex: Exchange, show_rewrite: bool) -> str:
             what = PHASE_WORDS["searching"]
         else:
             what = PHASE_WORDS.get(ex.phase, PHASE_WORDS["reading"])
-        waited = time.monotonic() - ex.started
+        waited = ex.thinking_s if ex.phase == "thinking" else time.monotonic() - ex.started
         if waited >= 1:  # the clock, for every wait (the chat is redrawn at least every second meanwhile)
             what += f" {waited:.0f} s"
         parts.append(_macro("chat.html", "thinking", what))

@@ -38,6 +38,10 @@ class Exchange:
     claimed: bool = False  # a worker step has taken it (guards against a double run)
     started: float = field(default_factory=time.monotonic)
     phase: str = ""  # what the answer waits for (``AnswerStream.phase``), shown until text arrives
+    # A thinking model's reasoning (``AnswerStream.reasoning``), shown folded apart from the answer, and for how
+    # long it has reasoned; never in ``text``, the export or the history's answer.
+    reasoning: str = ""
+    thinking_s: float = 0.0
     # Seconds spent waiting behind other sessions: for a place in the answer queue, then for the model
     # (another answer holds it). Shown apart from the first-token time, which it is taken out of.
     queued: float = 0.0
