@@ -39,6 +39,8 @@ COLOR_HELP = (
     "TERM=dumb), always or never (default: auto)"
 )
 COLOR_CHOICES = ("auto", "always", "never")
+REFERENCE_FORMATS = ("bibtex", "ris", "csl")  # rag_papers.references.FORMATS, named here so --help loads nothing
+LISTED = 20  # damaged, merged and warned records ingest names one a line; --json lists them all
 QUERY_ECHO = 200  # characters of a query that `search` echoes above its results
 DIM, RESET = "\x1b[2m", "\x1b[0m"  # ANSI SGR 2 (faint) and SGR 0
 
@@ -177,9 +179,16 @@ def build_parser() -> argparse.ArgumentParser:
         "paths",
         nargs="*",
         type=Path,
-        help=".txt (seeds format), .jsonl, .csv, .bib, .ris or .json (CSL-JSON, arXiv, OpenAlex, OpenReview, Semantic Scholar) files, or folders",
+        help=".txt (seeds format), .jsonl, .csv, .bib, .ris, .xml or .atom (the arXiv API's Atom feed) or .json "
+        "(CSL-JSON, arXiv, OpenAlex, OpenReview, Semantic Scholar) files, or folders",
     )
     p.add_argument("--rebuild", action="store_true", help="drop the index first (needed after changing embed_model)")
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse a whole export for one damaged record (default: the good records go in and each damaged one "
+        "is named, FILE:LINE: reason)",
+    )
     p.add_argument("--no-progress", action="store_true", help=PROGRESS_HELP)
     p.add_argument("--json", action="store_true", help=JSON_HELP)
     _common(p)
@@ -223,12 +232,24 @@ def build_parser() -> argparse.ArgumentParser:
         "context_papers of them",
     )
     p.add_argument("--json", action="store_true", help=JSON_HELP)
+    p.add_argument(
+        "--cite",
+        choices=REFERENCE_FORMATS,
+        help="after the answer, its sources (the cited ones, else all) as references in this format, for a "
+        "reference manager; with --json, as the field 'references' (default: none)",
+    )
     _filters(p)
     _common(p)
     _rerank(p)
 
     p = sub.add_parser("papers", help="list the indexed papers")
     p.add_argument("--json", action="store_true", help="one JSON object per paper")
+    p.add_argument(
+        "--format",
+        choices=REFERENCE_FORMATS,
+        help="the whole library as references for a reference manager: BibTeX, RIS or CSL-JSON (default: a line "
+        "per paper)",
+    )
     _common(p)
 
     p = sub.add_parser("remove", help="remove papers from the index by id")
@@ -454,20 +475,29 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
     settings = settings_from(args)
     paths = args.paths or [settings.seeds_dir]
+    strict = bool(getattr(args, "strict", False))  # `fetch` ingests through here without the flag
     if args.rebuild:
         # Validate before anything is touched: a rebuild sets a damaged registry aside on open.
         from rag_papers.corpus import expand_paths, validate
         from rag_papers.model_files import resolve_model_path
 
-        validate(expand_paths(paths))
+        validate(expand_paths(paths), on_damaged=None if strict else (lambda _line: None))
         resolve_model_path(settings.embed_model, settings.models_dir)  # a model it cannot get must not cost the index
     store = _opened(Store(settings, rebuild=args.rebuild))
-    report = Ingester(store).ingest(paths, rebuild=args.rebuild, show_progress=not args.no_progress and not args.json)
+    report = Ingester(store).ingest(
+        paths, rebuild=args.rebuild, show_progress=not args.no_progress and not args.json, strict=strict
+    )
     if args.json:
         print(json.dumps({**report.to_dict(), "notes": store.notes}))
         return 0
     for note in store.notes:
         print(_safe(f"rag-papers: {note}"), file=sys.stderr)
+    _listed([f"skipped {line}" for line in report.damaged], "damaged records skipped")
+    _listed(
+        [f"{m['record']} merged into {m['paper']} ({m['same']} as {m['as']})" for m in report.merged],
+        "records merged",
+    )
+    _listed(report.warnings, "warnings")
     for given, indexed_as in report.renamed[:10]:
         print(
             f"rag-papers: id {given!r} belongs to an indexed paper with a different abstract: indexed as {indexed_as!r}",
@@ -477,6 +507,22 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         print(f"rag-papers: ... and {len(report.renamed) - 10} more ids renamed (see --json)", file=sys.stderr)
     print(report.summary())
     return 0
+
+
+def _listed(lines: list[str], what: str) -> None:
+    """The first ``LISTED`` of ``lines`` on stderr, one a line, then how many more (``--json`` has them all)."""
+    for line in lines[:LISTED]:
+        print(_safe(f"rag-papers: {line}"), file=sys.stderr)
+    if len(lines) > LISTED:
+        print(f"rag-papers: ... and {len(lines) - LISTED} more {what} (see --json)", file=sys.stderr)
+
+
+def _references(index: Any, ids: list[str], fmt: str) -> str:
+    """The papers of ``ids`` (in that order, those still indexed) as references in format ``fmt``."""
+    from rag_papers.references import export_references
+
+    found = index.get(ids)
+    return export_references([found[i] for i in ids if i in found], fmt)
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
@@ -600,9 +646,17 @@ def cmd_ask(args: argparse.Namespace) -> int:
     engine = _engine(settings)
     backend, note = engine.backend(args.llm, args.model)
     stream = engine.ask(question, backend, note if backend.extractive else "", settings.top_k, filters)
+
+    def cited_ids(answer: Any) -> list[str]:
+        refs = [s.id for s in answer.sources if s.id in answer.citations] or [s.id for s in answer.sources]
+        return [] if answer.refused else refs
+
     if args.json:
         answer = stream.run()
-        print(json.dumps(answer.to_dict()))
+        out = answer.to_dict()
+        if args.cite:
+            out["references"] = _references(engine.index, cited_ids(answer), args.cite)
+        print(json.dumps(out))
         return 0
     if backend.extractive and (args.llm in (None, AUTO)) and settings.llm == AUTO and _first_time(settings, note):
         print(_safe(f"({note})"), file=sys.stderr)
@@ -627,6 +681,11 @@ def cmd_ask(args: argparse.Namespace) -> int:
         print(_safe(f"\n{answer.caveat}."))  # what the model said the abstracts leave out (its line is taken out)
     if answer.notice and (not answer.refused or answer.model_refused) and answer.notice not in (note, answer.answer):
         print(_safe(f"\nNote: {answer.notice}"))
+    if args.cite and cited_ids(answer):
+        from rag_papers.references import FORMAT_NAMES
+
+        print(f"\nReferences ({FORMAT_NAMES[args.cite]}):\n")
+        print(_references(engine.index, cited_ids(answer), args.cite).rstrip("\n"))
     t = answer.timings
     print(
         _safe(
@@ -690,6 +749,11 @@ def cmd_papers(args: argparse.Namespace) -> int:
     from rag_papers.index import Index
 
     index = _opened(Index(settings_from(args)))
+    if args.format:
+        from rag_papers.references import export_references
+
+        sys.stdout.write(export_references(list(index.papers()), args.format))
+        return 0
     for p in index.papers():
         if args.json:
             print(
@@ -703,6 +767,7 @@ def cmd_papers(args: argparse.Namespace) -> int:
                         "venue": p.venue,
                         "authors": p.authors,
                         "url": p.url,
+                        "title_derived": p.title_derived,
                     }
                 )
             )

@@ -86,15 +86,24 @@ class IngestReport:
     reembedded: int = 0  # registered papers whose missing vectors this ingest embedded again
     renamed: list[tuple[str, str]] = field(default_factory=list)  # (id in the file, id given), see ``_ingest``
     removed_ids: list[str] = field(default_factory=list)
+    # Damaged records of exports, skipped (``FILE:LINE: reason``); with ``strict`` the first refuses the ingest.
+    damaged: list[str] = field(default_factory=list)
+    skipped_records: list[str] = field(default_factory=list)  # FILE:LINE of each record without an abstract
+    # Each record that went into a paper another record gave: the record, the paper, what they share, the other.
+    merged: list[dict[str, str]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # records kept apart that an identifier alone would merge
 
     def to_dict(self) -> dict[str, Any]:
-        d = {k: v for k, v in self.__dict__.items() if k != "removed_ids"}
+        d = {k: v for k, v in self.__dict__.items() if k not in ("removed_ids", "skipped_records")}
         d["renamed"] = [{"id": a, "indexed_as": b} for a, b in self.renamed]
+        d["skipped_records"] = [*self.damaged, *(f"{s}: no abstract" for s in self.skipped_records)]
         return d
 
     def summary(self) -> str:
         """The one line ``rag-papers ingest`` prints, and the UI's "Add papers" shows: one wording for both."""
         skipped = f", {self.skipped} record{plural(self.skipped)} skipped: no abstract" if self.skipped else ""
+        if self.damaged:
+            skipped += f", {len(self.damaged)} damaged record{plural(len(self.damaged))} skipped"
         renamed = f", {len(self.renamed)} renamed" if self.renamed else ""
         return (
             f"{self.records} abstracts read from {self.files} file(s): {self.added} added, "
@@ -402,7 +411,7 @@ class Ingester:
                 break
         return title
 
-    def _store_batch(self, batch: list[Paper], progress: Any) -> int:
+    def _store_batch(self, batch: list[Paper], progress: Any, hashes: dict[str, str] | None = None) -> int:
         """Embed a batch and write it: vectors to Chroma, tokens to tantivy, then papers and chunk texts to the registry.
 
         Vectors go to the collection with flat metadata (ids, paper, chunk, year, venue),
@@ -451,7 +460,7 @@ class Ingester:
                     "title_derived) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                     (
                         paper.id,
-                        content_hash(paper.abstract),
+                        (hashes or {}).get(paper.id) or content_hash(paper.abstract),
                         paper.title,
                         paper.abstract,
                         paper.year,
@@ -497,19 +506,22 @@ class Ingester:
     def _registry_write(self) -> AbstractContextManager[None]:
         return registry_write(self.settings.in_home("papers.sqlite"))
 
-    def ingest(self, paths: Iterable[Path], rebuild: bool = False, show_progress: bool = True) -> IngestReport:
+    def ingest(
+        self, paths: Iterable[Path], rebuild: bool = False, show_progress: bool = True, strict: bool = False
+    ) -> IngestReport:
         """Sync the index with these files: new abstracts added, vanished ones removed.
 
         Each file is validated in full before anything is written, so bad input never
-        touches the index. Papers from files not named here are left alone.
+        touches the index. Papers from files not named here are left alone. A damaged
+        record of an export is skipped and named in the report; ``strict`` refuses its file.
         """
         try:
             with writing(self.settings.in_home("papers.sqlite")):
-                return self._ingest(paths, rebuild, show_progress)
+                return self._ingest(paths, rebuild, show_progress, strict)
         finally:
             self.store.release_writer()
 
-    def _ingest(self, paths: Iterable[Path], rebuild: bool, show_progress: bool) -> IngestReport:
+    def _ingest(self, paths: Iterable[Path], rebuild: bool, show_progress: bool, strict: bool = False) -> IngestReport:
         t0 = time.perf_counter()
         files = expand_paths(paths)
         report = IngestReport(files=len(files))
@@ -527,6 +539,8 @@ class Ingester:
         def note(rec: RawRecord) -> None:
             h = content_hash(rec.abstract)
             self.db.execute("INSERT OR IGNORE INTO incoming VALUES (?)", (h,))
+            if rec.keys:  # the text's other hash, should another paper hold the same abstract (``_same_text``)
+                self.db.execute("INSERT OR IGNORE INTO incoming VALUES (?)", (identity_hash(h, rec.keys),))
             if rec.id is None or rec.keys:
                 # An export's id is its DOI or arXiv id: two sources of one paper share it with different
                 # abstracts (a preprint and its published version), and they are merged below, not refused.
@@ -544,10 +558,11 @@ class Ingester:
 
         def on_skip(source: str) -> None:
             report.skipped += 1
+            report.skipped_records.append(source)
 
         # One validating pass before any write; it also notes which texts are still wanted.
         try:
-            n_records = validate(files, note, on_skip)
+            n_records = validate(files, note, on_skip, None if strict else report.damaged.append)
         finally:
             self.db.commit()  # only the temp tables were written
         self.store.kw_store.lock()  # a second writer is refused here, before anything is written
@@ -558,7 +573,7 @@ class Ingester:
 
             resolve_model_path(self.settings.embed_model, self.settings.models_dir)
         if rebuild:
-            return self._rebuild_beside(files, show_progress, t0)
+            return self._rebuild_beside(files, show_progress, t0, strict)
         self.store.check_model()
         # Vectors are derived data: a store that cannot be read is set aside and rebuilt, and
         # registered papers it lacks (a switched store, a folder deleted by hand) are embedded
@@ -572,29 +587,36 @@ class Ingester:
             self.db.execute("DELETE FROM seen")
             self.db.execute("CREATE TEMP TABLE IF NOT EXISTS known_keys (key TEXT PRIMARY KEY, paper_id TEXT)")
             self.db.execute("DELETE FROM known_keys")
-        keys_loaded = False
+        self._keys_loaded = False
         progress = progress_bar(n_records, "ingest", show_progress)
         batch: list[Paper] = []
-        batch_keys: dict[str, Paper] = {}
+        self._batch_hash: dict[str, Paper] = {}  # stored hash -> the batch's paper (``_same_text``)
+        self._batch_keys: dict[str, list[str]] = {}  # the batch's paper id -> its record's keys
+        hashes: dict[str, str] = {}  # paper id -> the hash stored with it
         batch_size = max(8, self.settings.embed_batch_size // 2)
+        skip_damaged = None if strict else (lambda _line: None)  # the validating pass reported them
         for file in files:
             key_file = str(file.resolve())
-            for rec in read_file(file):
+            for rec in read_file(file, None, skip_damaged):
                 report.records += 1
-                h = content_hash(rec.abstract)
                 loc = rec.source.rpartition(":")[2]
-                row = self.db.execute("SELECT id FROM papers WHERE hash=?", (h,)).fetchone()
-                pid = row["id"] if row is not None else batch_keys[h].id if h in batch_keys else None
-                if pid is None and rec.keys:
-                    if not keys_loaded:
-                        self._load_keys()
-                        keys_loaded = True
-                    pid = self._same_paper(rec.keys)
+                pid, why, stored = self._match(rec, report)
                 if pid is not None:
-                    if self.db.execute("SELECT 1 FROM seen WHERE paper_id=? LIMIT 1", (pid,)).fetchone():
+                    first = self.db.execute("SELECT file, loc FROM seen WHERE paper_id=? LIMIT 1", (pid,)).fetchone()
+                    if first is not None:
                         report.duplicates += 1
                     else:
                         report.unchanged += 1
+                        first = self.db.execute(
+                            # another file's, one this ingest does not re-read: this record joins its paper
+                            "SELECT file, loc FROM sources WHERE paper_id=? AND file NOT IN (SELECT file FROM ingest_files)"
+                            " LIMIT 1",
+                            (pid,),
+                        ).fetchone()
+                    if first is not None:
+                        report.merged.append(
+                            {"record": rec.source, "paper": pid, "same": why, "as": f"{first[0]}:{first[1]}"}
+                        )
                     if progress is not None:
                         progress.update(1)
                 else:
@@ -605,25 +627,30 @@ class Ingester:
                         or self.db.execute("SELECT 1 FROM papers WHERE id=?", (paper.id,)).fetchone()
                     ):
                         # The id belongs to an indexed paper with other text (an earlier ingest, or the
-                        # old version of an edited abstract, which this sync drops at its end): ids stay
-                        # unique, and the report says which paper got which id.
-                        renamed = f"{paper.id}-{h[:8]}"
-                        report.renamed.append((paper.id, renamed))
+                        # old version of an edited abstract, which this sync drops at its end), or to a
+                        # paper with the same text and another identity: ids stay unique, and the report
+                        # says which paper got which id (an id the record gave; a content hash is ours).
+                        renamed = f"{paper.id}-{stored[:8]}"
+                        if rec.id is not None:
+                            report.renamed.append((paper.id, renamed))
                         paper.id = renamed
                     paper.title = self._unique_title(paper.abstract, paper.title, paper.id, rec.title is None)
                     if any(p.title == paper.title for p in batch):
                         paper.title = f"{paper.title} [{paper.id[:6]}]"
                     pid = paper.id
-                    self.db.executemany("INSERT OR REPLACE INTO known_keys VALUES (?,?)", [(k, pid) for k in rec.keys])
+                    kept = [k for k in rec.keys if not (why == "conflict" and k.startswith("doi:"))]
+                    self.db.executemany("INSERT OR REPLACE INTO known_keys VALUES (?,?)", [(k, pid) for k in kept])
                     batch.append(paper)
-                    batch_keys[h] = paper
+                    hashes[pid] = stored
+                    self._batch_hash[stored] = paper
+                    self._batch_keys[pid] = rec.keys
                     if len(batch) >= batch_size:
-                        report.chunks += self._store_batch(batch, progress)
+                        report.chunks += self._store_batch(batch, progress, hashes)
                         report.added += len(batch)
-                        batch, batch_keys = [], {}
+                        batch, self._batch_hash, self._batch_keys = [], {}, {}
                 self.db.execute("INSERT INTO seen VALUES (?,?,?)", (pid, key_file, loc))
         if batch:
-            report.chunks += self._store_batch(batch, progress)
+            report.chunks += self._store_batch(batch, progress, hashes)
             report.added += len(batch)
         if progress is not None:
             progress.close()
@@ -633,6 +660,58 @@ class Ingester:
         report.total = self.store.count()
         report.seconds = round(time.perf_counter() - t0, 3)
         return report
+
+    def _match(self, rec: RawRecord, report: IngestReport) -> tuple[str | None, str, str]:
+        """The paper ``rec`` is a source of, if any, with what they share; and the hash a new paper of it stores.
+
+        A paper is the same by DOI, arXiv id, or normalised title plus first author (``corpus.dedupe_keys``),
+        never by its abstract alone: the same abstract under two identities (two arXiv ids, the chapters of one
+        book that repeat the book's abstract) is two papers. The abstract decides only where a record brings no
+        identity (the project's own formats). A DOI shared by records whose titles and first authors both
+        differ is a wrong DOI, not one paper: two papers, and a warning naming them (why "conflict").
+        """
+        h = content_hash(rec.abstract)
+        conflict = False
+        if rec.keys:
+            if not self._keys_loaded:
+                self._load_keys()
+                self._keys_loaded = True
+            pid, why = self._same_paper(rec, report)
+            if pid is not None:
+                return pid, why, h
+            conflict = why == "conflict"
+        pid, stored = self._same_text(rec, h)
+        return pid, "conflict" if conflict and pid is None else "the same abstract", stored
+
+    def _paper_keys(self, pid: str) -> list[str]:
+        """The dedupe keys of a paper of this ingest's batch (its record's) or of the registry (``registry_keys``)."""
+        from rag_papers.corpus import registry_keys
+
+        if pid in self._batch_keys:
+            return self._batch_keys[pid]
+        row = self.db.execute("SELECT title, authors FROM papers WHERE id=?", (pid,)).fetchone()
+        if row is None:
+            return []
+        return registry_keys(pid, row["title"], json.loads(row["authors"]) if row["authors"] else None)
+
+    def _same_text(self, rec: RawRecord, h: str) -> tuple[str | None, str]:
+        """A paper with ``rec``'s abstract whose identity does not contradict ``rec``'s (either has no keys, or they
+        share one), and the hash a new paper of ``rec`` stores: the content hash, or where a paper of another
+        identity holds that, ``identity_hash`` (the registry keeps one paper per hash)."""
+        hashes = [h, identity_hash(h, rec.keys)] if rec.keys else [h]
+        taken = False
+        for stored in hashes:
+            candidates = [p.id for p in [self._batch_hash.get(stored)] if p is not None] + [
+                str(r[0]) for r in self.db.execute("SELECT id FROM papers WHERE hash=?", (stored,))
+            ]
+            for pid in candidates:
+                theirs = self._paper_keys(pid)
+                if not rec.keys or not theirs or set(rec.keys) & set(theirs):
+                    return pid, stored
+                taken = True
+            if not candidates:
+                return None, stored
+        return None, hashes[-1] if taken else h
 
     def _load_keys(self) -> None:
         """The dedupe keys of the indexed papers, once per ingest that reads an export (``_same_paper``).
@@ -654,12 +733,14 @@ class Ingester:
             ]
             self.db.executemany("INSERT OR IGNORE INTO known_keys VALUES (?,?)", pairs)
 
-    def _same_paper(self, keys: list[str]) -> str | None:
-        """The paper another source already gave for one of these keys (same DOI or arXiv id, or else the
+    def _same_paper(self, rec: RawRecord, report: IngestReport) -> tuple[str | None, str]:
+        """The paper another source already gave for one of ``rec``'s keys (same DOI or arXiv id, or else the
         same normalised title and first author), if it lasts: seen in this ingest, or kept by a file this
         ingest does not re-read. A paper only a re-read file had, not yet seen again, is the old version of
-        an edited record: not a match, so the edit replaces it as for any file."""
-        for key in keys:
+        an edited record: not a match, so the edit replaces it as for any file. With what they share, or
+        "conflict" when only a DOI matched a paper whose title and first author both differ."""
+        conflict = ""
+        for key in rec.keys:
             row = self.db.execute("SELECT paper_id FROM known_keys WHERE key=?", (key,)).fetchone()
             if row is None:
                 continue
@@ -670,11 +751,23 @@ class Ingester:
                     (pid,),
                 ).fetchone()
             )
-            if lasting:
-                return pid
-        return None
+            if not lasting:
+                continue
+            if key.startswith("doi:") and _differ(rec.keys, self._paper_keys(pid)):
+                first = self.db.execute("SELECT file, loc FROM seen WHERE paper_id=? LIMIT 1", (pid,)).fetchone()
+                if first is None:
+                    first = self.db.execute("SELECT file, loc FROM sources WHERE paper_id=? LIMIT 1", (pid,)).fetchone()
+                where = f" ({first[0]}:{first[1]})" if first is not None else ""
+                report.warnings.append(
+                    f"{rec.source}: {key.removeprefix('doi:')} is also the DOI of {pid}{where}, whose title and first "
+                    "author differ: indexed as two papers (one of the two DOIs is wrong)"
+                )
+                conflict = "conflict"
+                continue
+            return pid, WHY.get(key.split(":", 1)[0], "the same key")
+        return None, conflict
 
-    def _rebuild_beside(self, files: list[Path], show_progress: bool, t0: float) -> IngestReport:
+    def _rebuild_beside(self, files: list[Path], show_progress: bool, t0: float, strict: bool = False) -> IngestReport:
         """``ingest --rebuild``: build the new index in a staging folder beside this one, then swap it in.
 
         Until the swap the old index is untouched and answers as before: a kill, a full disk or
@@ -691,7 +784,7 @@ class Ingester:
         first, second = self.store.loaded_embedders()
         stage = Store(stage_settings, first, embedder2=second)
         try:
-            report = Ingester(stage).ingest(files, rebuild=False, show_progress=show_progress)
+            report = Ingester(stage).ingest(files, rebuild=False, show_progress=show_progress, strict=strict)
             self.notes.extend(stage.notes)
             self.store.adopt_embedders(stage)  # loaded once for the command, whichever store loaded them
         finally:
@@ -814,6 +907,28 @@ class Ingester:
             drop_old_keyword_tables(self.db)
         self.store.sync_keyword(self.db, show_progress, force)
         self.store.forget_counts()
+
+
+WHY = {"doi": "the same DOI", "arXiv": "the same arXiv id", "title": "the same title and first author"}
+
+
+def identity_hash(h: str, keys: list[str]) -> str:
+    """The hash stored for a paper whose abstract (content hash ``h``) another paper of another identity holds."""
+    return content_hash(f"{h}\n{keys[0]}")
+
+
+def _title_author(keys: list[str]) -> tuple[str, str] | None:
+    key = next((k for k in keys if k.startswith("title:")), None)
+    if key is None:
+        return None
+    title, _, author = key.removeprefix("title:").rpartition("|")
+    return title, author
+
+
+def _differ(ours: list[str], theirs: list[str]) -> bool:
+    """Whether two records' titles and first authors both differ (either lacking them: no)."""
+    a, b = _title_author(ours), _title_author(theirs)
+    return a is not None and b is not None and a[0] != b[0] and a[1] != b[1]
 
 
 STAGING_PREFIX: HomePart = ".rebuild-"

@@ -1,5 +1,5 @@
 """Corpus stage: read abstracts (the project's seeds text, JSONL and CSV, and researchers' exports: BibTeX, RIS,
-CSL-JSON, arXiv, OpenAlex, OpenReview, Semantic Scholar) into ``Paper`` records.
+CSL-JSON, arXiv's snapshot and Atom feeds, OpenAlex, OpenReview, Semantic Scholar) into ``Paper`` records.
 
 The modules, lowest first: ``text`` (sanitising, reading text, the one sentence splitter), ``titles`` (derived
 titles), ``record`` (``RawRecord``, ``Paper``, the checks), ``ids`` (DOIs, arXiv ids, dedupe keys), ``files``
@@ -27,7 +27,7 @@ from rag_papers.corpus.ids import (
     title_key,
 )
 from rag_papers.corpus.read import detect, read_export, read_file, validate
-from rag_papers.corpus.readers.base import OnSkip, first_of, year_in
+from rag_papers.corpus.readers.base import OnDamaged, OnSkip, first_of, year_in
 from rag_papers.corpus.readers.bibtex import read_bibtex
 from rag_papers.corpus.readers.csv import read_csv
 from rag_papers.corpus.readers.json_export import (
@@ -41,6 +41,7 @@ from rag_papers.corpus.readers.jsonl import read_jsonl
 from rag_papers.corpus.readers.ris import read_ris
 from rag_papers.corpus.readers.seeds import read_seeds
 from rag_papers.corpus.record import (
+    DERIVED_TITLE_NOTE,
     MAX_ABSTRACT_CHARS,
     MAX_AUTHOR_CHARS,
     MAX_AUTHORS,
@@ -66,6 +67,7 @@ from rag_papers.corpus.text import STOPWORDS, plain_text, quotable_sentences, sa
 from rag_papers.corpus.titles import GENERIC_ACRONYMS, GENERIC_WORDS, coined_name, derive_title, topic_phrases
 
 __all__ = [
+    "DERIVED_TITLE_NOTE",
     "FORMATS",
     "GENERIC_ACRONYMS",
     "GENERIC_WORDS",
@@ -84,6 +86,7 @@ __all__ = [
     "SUPPORTED_SUFFIXES",
     "CorpusError",
     "JsonReader",
+    "OnDamaged",
     "OnSkip",
     "Paper",
     "RawRecord",

@@ -9,19 +9,24 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from rag_papers.corpus.record import MAX_ABSTRACT_CHARS, CorpusError
 
-SUPPORTED_SUFFIXES = (".txt", ".jsonl", ".csv", ".bib", ".ris", ".json")
+SUPPORTED_SUFFIXES = (".txt", ".jsonl", ".csv", ".bib", ".ris", ".json", ".xml", ".atom")
 FORMATS = (
-    "seeds text (.txt), JSONL (.jsonl), CSV (.csv), BibTeX (.bib), RIS (.ris), and as .json or .jsonl: "
-    "CSL-JSON, the arXiv metadata snapshot (arXiv), OpenAlex works, OpenReview notes (API v2), "
-    "Semantic Scholar papers"
+    "seeds text (.txt), JSONL (.jsonl), CSV (.csv), BibTeX (.bib), RIS (.ris), the arXiv API's Atom feeds "
+    "(.xml, .atom), and as .json or .jsonl: CSL-JSON, the arXiv metadata snapshot (arXiv), OpenAlex works, "
+    "OpenReview notes (API v2), Semantic Scholar papers"
 )
 SNIFF_BYTES = 8192  # how much of a file tells its format (``read.detect``)
+# A line of the project's own formats holds about one abstract, so a longer one is refused before it is decoded.
+# A line of an export is one whole record with what is not stored (an OpenAlex work's authorships, concepts and
+# references run to megabytes): its cap only bounds memory, and the stored fields have their own (``check_values``).
+MAX_LINE_BYTES = MAX_ABSTRACT_CHARS * 4 + 1024
+MAX_EXPORT_LINE_BYTES = 64 * 1024 * 1024
 
 
 def unknown_format(path: Path, what: str) -> CorpusError:
@@ -67,7 +72,7 @@ def check_file(path: Path) -> None:
         raise CorpusError(f"{path}: looks like a binary file (NUL bytes); expected text, JSONL or CSV")
 
 
-def text_lines(path: Path) -> Iterator[tuple[int, str]]:
+def text_lines(path: Path, max_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, str]]:
     """Decode line by line so a bad byte is reported with its line number.
 
     A raw NUL byte is refused (binary data); a NUL written as a JSON escape (``\\u0000``) is a
@@ -75,10 +80,12 @@ def text_lines(path: Path) -> Iterator[tuple[int, str]]:
     """
     with open_binary(path) as fh:
         for lineno, raw in enumerate(fh, 1):
-            if len(raw) > MAX_ABSTRACT_CHARS * 4 + 1024:
-                raise CorpusError(
-                    f"{path}:{lineno}: line is {len(raw):,} bytes; an abstract may be at most {MAX_ABSTRACT_CHARS:,} characters"
-                )
+            if len(raw) > max_bytes:
+                if max_bytes == MAX_LINE_BYTES:
+                    raise CorpusError(
+                        f"{path}:{lineno}: line is {len(raw):,} bytes; an abstract may be at most {MAX_ABSTRACT_CHARS:,} characters"
+                    )
+                raise CorpusError(f"{path}:{lineno}: line is {len(raw):,} bytes; a record may be at most {max_bytes:,}")
             try:
                 text = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
             except UnicodeDecodeError as exc:
@@ -88,15 +95,31 @@ def text_lines(path: Path) -> Iterator[tuple[int, str]]:
             yield lineno, text
 
 
-def json_lines(path: Path) -> Iterator[tuple[int, Any]]:
-    """Each non-blank line of ``path`` as JSON, with its line number; a malformed line is a ``CorpusError``."""
-    for lineno, line in text_lines(path):
+def json_lines(
+    path: Path, on_damaged: Callable[[str], None] | None = None, max_bytes: int = MAX_LINE_BYTES
+) -> Iterator[tuple[int, Any]]:
+    """Each non-blank line of ``path`` as JSON, with its line number; a malformed line is a ``CorpusError``, or
+    with ``on_damaged`` (an export's lines, each one record) that line's error passed there and the line skipped."""
+    for lineno, line in text_lines(path, max_bytes):
         if not line.strip():
             continue
         try:
             yield lineno, json.loads(line)
         except json.JSONDecodeError as exc:
-            raise CorpusError(f"{path}:{lineno}: malformed JSON ({exc.msg} at column {exc.colno})") from None
+            error = f"{path}:{lineno}: malformed JSON ({exc.msg} at column {exc.colno})"
+            if on_damaged is None:
+                raise CorpusError(error) from None
+            on_damaged(error)
+
+
+def first_line(path: Path, max_bytes: int = MAX_EXPORT_LINE_BYTES) -> str:
+    """The first non-blank line of ``path`` (at most ``max_bytes``), bad bytes replaced: a JSON-lines export whose
+    first record is longer than the sniffed head is told by it."""
+    with open_binary(path) as fh:
+        for raw in fh:
+            if raw.strip():
+                return raw[:max_bytes].decode("utf-8-sig", errors="replace")
+    return ""
 
 
 def read_text(path: Path) -> str:

@@ -67,8 +67,15 @@ def dedupe_keys(doi: str | None, arxiv: str | None, title: str | None, authors: 
         keys.append(f"doi:{doi.lower()}")
     if arxiv:
         keys.append(f"arXiv:{arxiv}")
-    keys.extend(_title_keys(title, authors))
+    keys.extend(_title_keys(title, authors) or _title_only(title))
     return keys
+
+
+def _title_only(title: str | None) -> list[str]:
+    """``title:<normalised title>|`` for a record with a title and no author (an edited book): an identity of its
+    own, so that it is not taken for another record that repeats its abstract (its chapters)."""
+    t = title_key(title or "")
+    return [f"title:{t}|"] if t else []
 
 
 def _title_keys(title: str | None, authors: list[str] | None) -> list[str]:

@@ -29,6 +29,10 @@ MAX_VENUE_CHARS = 500
 MAX_URL_CHARS = 2_048
 MAX_AUTHORS = 5_000  # collaborations of a few thousand authors exist; more is a broken record
 MAX_AUTHOR_CHARS = 500
+# What an export of ours writes beside a title it derived (``rag_papers.references``), and what the readers take as
+# "this record has no title of its own": read back, the title is derived again (and marked so) rather than passing
+# as the authors' words.
+DERIVED_TITLE_NOTE = "title derived from the abstract by rag-papers"
 
 
 class CorpusError(RagPapersError):

@@ -43,9 +43,9 @@ from rag_papers.llm import (
 )
 from rag_papers.retrieve import Filters, Hit, SearchRequest, SearchResult
 from rag_papers.ui import files, history
-from rag_papers.ui.export import export_markdown
+from rag_papers.ui.export import REFERENCE_CHOICES, answer_source_ids, export_markdown, write_references
 from rag_papers.ui.library import READ_ONLY, Library, notice_html, upload_hint, writes_allowed
-from rag_papers.ui.papers import SORTS, PapersTab
+from rag_papers.ui.papers import SORTS, PapersTab, picked_papers
 from rag_papers.ui.render import (
     brand_html,
     chat_messages,
@@ -226,6 +226,29 @@ class ChatApp:
         path = files.write_export(self.files, export_markdown(state))
         state.export_dirs.append(path.parent)
         return gr.update(value=str(path), interactive=True)
+
+    def _folder(self) -> Path:
+        if self.files is None:  # handlers called on an app never built (tests)
+            self.files = files.server_folder()
+        return self.files
+
+    def _export_references(self, state: UIState | None, choice: str) -> dict[str, Any]:
+        """The last answer's sources as a reference file (0600, private, deleted with the chat like the .md)."""
+        ids = answer_source_ids(state) if state is not None else []
+        found = self.engine.index.get(ids) if ids else {}
+        papers = [found[i] for i in ids if i in found]
+        if state is None or not papers:
+            return gr.update(value=None, interactive=False)
+        path = write_references(self._folder(), papers, choice)
+        state.export_dirs.append(path.parent)
+        return gr.update(value=str(path), interactive=True)
+
+    def _export_picked(self, picked: Any, choice: str) -> dict[str, Any]:
+        """The Papers tab's ticked papers as a reference file (0600, private, removed by the exports' sweep)."""
+        papers = picked_papers(self.engine.index, picked)
+        if not papers:
+            return gr.update(value=None, interactive=False)
+        return gr.update(value=str(write_references(self._folder(), papers, choice)), interactive=True)
 
     def _outputs(self, state: UIState, *, panel: bool = True, final: bool = False) -> tuple[Any, ...]:
         """Values for (chatbot, panel, picker, state, export, stop, Ask, busy note), the outputs of every chat
@@ -933,6 +956,15 @@ class ChatApp:
                 min_width=110,
                 scale=1,
             )
+            # The answer's sources for a reference manager, beside the Markdown export (export.write_references).
+            ui.refs_format = gr.Dropdown(
+                list(REFERENCE_CHOICES), value="BibTeX", show_label=False, container=False,
+                elem_id="rp-refs-format", min_width=110, scale=0,
+            )  # fmt: skip
+            ui.export_refs = gr.DownloadButton(
+                "Export references", value=None, size="md", interactive=False,
+                elem_id="rp-export-refs", min_width=110, scale=1,
+            )  # fmt: skip
 
     def _layout_sources(self, ui: Parts) -> None:
         """The sources panel and the answering and retrieval settings."""
@@ -1021,6 +1053,14 @@ class ChatApp:
                 scale=0,
                 min_width=160,
             )
+            ui.picked_format = gr.Dropdown(
+                list(REFERENCE_CHOICES), value="BibTeX", show_label=False, container=False,
+                elem_id="rp-picked-format", min_width=110, scale=0,
+            )  # fmt: skip
+            ui.export_picked = gr.DownloadButton(
+                "Export selected", value=None, size="sm", interactive=False,
+                elem_id="rp-export-picked", min_width=150, scale=0,
+            )  # fmt: skip
         with gr.Column(visible=False, variant="panel", elem_id="rp-remove-confirm") as ui.confirm_box:
             ui.confirm_text = gr.HTML("", padding=False, elem_id="rp-confirm-text")
             with gr.Row():
@@ -1149,6 +1189,14 @@ class ChatApp:
         ui.demo.load(self.on_load, [ui.stored], [*ui.chat_outputs, ui.past], **_QUIET)
         # A click writes the file afresh (the old one may have been removed, EXPORT_KEEP_S): the next click has it.
         ui.export.click(self._export, [ui.state], [ui.export], **_QUIET)
+        # The references follow the Markdown export (written anew at the end of each answer) and the format chosen.
+        gr.on(
+            [ui.export.change, ui.refs_format.change, ui.export_refs.click],
+            self._export_references,
+            [ui.state, ui.refs_format],
+            [ui.export_refs],
+            **_QUIET,
+        )
 
     def _wire_settings(self, ui: Parts) -> None:
         """The sources panel, the filters and their chips, the kept settings, the LLM choice and its status."""
@@ -1270,6 +1318,13 @@ class ChatApp:
             concurrency_limit=1,
             api_visibility="private",
             show_progress="hidden",
+        )
+        gr.on(
+            [ui.papers_picked.change, ui.picked_format.change, ui.export_picked.click],
+            self._export_picked,
+            [ui.papers_picked, ui.picked_format],
+            [ui.export_picked],
+            **_QUIET,
         )
         ui.remove.click(
             library.ask_remove, [ui.papers_picked], [ui.confirm_text, ui.confirm_box, ui.papers_notice], **_QUIET

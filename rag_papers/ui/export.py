@@ -1,4 +1,5 @@
-"""The conversation as a Markdown file (the "Export .md" button).
+"""The conversation as a Markdown file (the "Export .md" button), and an answer's sources or the Papers tab's
+ticked papers as a reference file (BibTeX, RIS or CSL-JSON) for a reference manager.
 
 Plain Python, not a template: Markdown has no autoescape to lean on, so every piece of corpus
 and model text is escaped here, explicitly, with ``md_inert``.
@@ -7,10 +8,13 @@ and model text is escaped here, explicitly, with ``md_inert``.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import datetime
+from pathlib import Path
 
 from rag_papers import __version__
-from rag_papers.corpus import clip, plain_text
+from rag_papers.corpus import Paper, clip, plain_text
+from rag_papers.ui import files
 from rag_papers.ui.render import md_inert
 from rag_papers.ui.state import UIState
 
@@ -102,3 +106,28 @@ def export_markdown(state: UIState) -> str:
                 ]
                 lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+# ------------------------------------------------------------------ references for a reference manager
+# The formats the UI offers (its dropdown's labels) -> ``rag_papers.references``' keys.
+REFERENCE_CHOICES = {"BibTeX": "bibtex", "RIS": "ris", "CSL-JSON": "csl"}
+
+
+def answer_source_ids(state: UIState) -> list[str]:
+    """The last answer's sources, as the Markdown export's References lists them: the cited ones, else all."""
+    for ex in reversed(state.exchanges):
+        if ex.done and ex.mode == "answer" and not ex.refused and not ex.error:
+            return [it.id for it in ex.items if it.cited] or [it.id for it in ex.items]
+    return []
+
+
+def write_references(folder: Path, papers: Sequence[Paper], choice: str) -> Path:
+    """``papers`` as a reference file in the dropdown's format ``choice``: written as the Markdown export is
+    (``files.write_export``: 0600, in a 0700 folder of its own, removed by the same sweep), named for its format."""
+    from rag_papers.references import FORMATS, export_references
+
+    fmt = REFERENCE_CHOICES.get(choice, "bibtex")
+    path = files.write_export(folder, export_references(papers, fmt))
+    named = path.with_name(f"rag-papers-references-{datetime.now():%Y%m%d-%H%M%S}{FORMATS[fmt]}")
+    path.rename(named)
+    return named

@@ -158,6 +158,13 @@ class PapersTab:
         return gr.Tabs(selected="chat"), gr.update(value=ask_question(paper))
 
 
+def picked_papers(index: Index, picked: Any) -> list[Paper]:
+    """The selected papers still indexed, in the order they were ticked (for "Export selected")."""
+    ids = picks(picked)
+    found = index.get(ids) if ids else {}
+    return [found[i] for i in ids if i in found]
+
+
 def picks(picked: Any) -> list[str]:
     """The ids a session has selected for removal (its ``gr.State``: a list of ids, or None before any)."""
     return [str(i) for i in picked] if isinstance(picked, list) else []

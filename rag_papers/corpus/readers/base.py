@@ -11,9 +11,47 @@ from pathlib import Path
 from typing import Any
 
 from rag_papers.corpus.ids import arxiv_of_doi, dedupe_keys, person
-from rag_papers.corpus.record import MAX_ABSTRACT_CHARS, CorpusError, RawRecord, clip_repr, normalise, normalise_id
+from rag_papers.corpus.record import (
+    DERIVED_TITLE_NOTE,
+    MAX_ABSTRACT_CHARS,
+    CorpusError,
+    RawRecord,
+    check_values,
+    clip_repr,
+    normalise,
+    normalise_id,
+)
 
-OnSkip = Callable[[str], None]
+OnSkip = Callable[[str], None]  # a record left out for having no abstract: its FILE:LINE
+# A damaged record of an export (unbalanced braces, a value no paper has): its one-line FILE:LINE: reason. Given,
+# the reader skips the record and goes on (a reference manager's library goes in with every good record); None
+# (``--strict``): the error is raised and the whole file refused.
+OnDamaged = Callable[[str], None]
+
+
+def damaged(exc: CorpusError, on_damaged: OnDamaged | None) -> None:
+    """Report one damaged record to ``on_damaged``, or raise it when there is none (strict)."""
+    if on_damaged is None:
+        raise exc
+    on_damaged(str(exc))
+
+
+def checked(rec: RawRecord | None, on_damaged: OnDamaged | None) -> RawRecord | None:
+    """``rec`` if its values pass ``check_values``; else None, the record reported as damaged (or the error raised)."""
+    if rec is None:
+        return None
+    try:
+        check_values(rec)
+    except CorpusError as exc:
+        damaged(exc, on_damaged)
+        return None
+    return rec
+
+
+def derived_note(note: object) -> bool:
+    """Whether an export's note says its title is one rag-papers derived (``DERIVED_TITLE_NOTE``)."""
+    values = note if isinstance(note, list) else [note]
+    return any(isinstance(v, str) and DERIVED_TITLE_NOTE in v for v in values)
 
 
 def record(

@@ -1,6 +1,8 @@
 """The JSON exports (CSL-JSON, arXiv, OpenAlex, OpenReview, Semantic Scholar): which source wrote a record, told
 by the keys each always writes, and the records of a page, an array or JSON lines, each read by its source's
-reader. A file holds one source's records: another's in the middle fails it."""
+reader, and cited by the line it starts on. A file holds one source's records: the first record tells which; a
+later one of another shape (or a malformed line of JSON lines) is a damaged record, skipped and reported
+(``on_damaged``), or without it (``--strict``) the file's refusal."""
 
 from __future__ import annotations
 
@@ -9,9 +11,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from rag_papers.corpus.files import json_lines, unknown_format
+from rag_papers.corpus.files import MAX_EXPORT_LINE_BYTES, json_lines, unknown_format
 from rag_papers.corpus.readers import arxiv, csl_json, openalex, openreview, semantic_scholar
-from rag_papers.corpus.readers.base import OnSkip
+from rag_papers.corpus.readers.base import OnDamaged, OnSkip, checked, damaged
 from rag_papers.corpus.record import CorpusError, RawRecord
 
 JsonReader = Callable[[Path, int, dict[str, Any], OnSkip | None], RawRecord | None]
@@ -36,12 +38,63 @@ def _describe(obj: object) -> str:
     return f"JSON {type(obj).__name__}"
 
 
-def json_records(path: Path, text: str | None) -> Iterator[tuple[int, object]]:
-    """The records of a JSON export with their locations: a page (``{"results"|"notes"|"data": [...]}``) or an
-    array, read whole (``text``); or one object per line (the arXiv snapshot, OpenAlex and OpenReview dumps),
-    streamed line by line (``text`` None) so a multi-GB snapshot never sits in memory."""
+PAGE_KEYS = ("results", "notes", "data", "items")
+
+
+def _element_lines(text: str, page_key: str | None) -> list[int]:
+    """The line each record of a page or array starts on, found by walking the document's top level with the
+    decoder (``json.loads`` keeps no positions). Called on a document ``json.loads`` has read, so it is well formed."""
+    decoder = json.JSONDecoder()
+    ws = " \t\r\n"
+
+    def skip(i: int) -> int:
+        while i < len(text) and text[i] in ws:
+            i += 1
+        return i
+
+    def array(i: int) -> list[int]:  # ``i`` at "["
+        starts: list[int] = []
+        i = skip(i + 1)
+        while i < len(text) and text[i] != "]":
+            starts.append(i)
+            _, i = decoder.raw_decode(text, i)
+            i = skip(i)
+            if text[i] == ",":
+                i = skip(i + 1)
+        return starts
+
+    i = skip(0)
+    starts: list[int] = []
+    if text.startswith("[", i):
+        starts = array(i)
+    elif text.startswith("{", i):
+        i = skip(i + 1)
+        while i < len(text) and text[i] != "}":
+            key, i = decoder.raw_decode(text, i)
+            i = skip(skip(i) + 1)  # past the colon
+            if key == page_key and text.startswith("[", i) and not starts:
+                starts = array(i)
+            _, i = decoder.raw_decode(text, i)
+            i = skip(i)
+            if text[i] == ",":
+                i = skip(i + 1)
+        if not starts:
+            starts = [skip(0)]
+    lines: list[int] = []
+    line, pos = 1, 0
+    for start in starts:
+        line += text.count("\n", pos, start)
+        pos = start
+        lines.append(line)
+    return lines
+
+
+def json_records(path: Path, text: str | None, on_damaged: OnDamaged | None = None) -> Iterator[tuple[int, object]]:
+    """The records of a JSON export with the lines they start on: a page (``{"results"|"notes"|"data": [...]}``)
+    or an array, read whole (``text``); or one object per line (the arXiv snapshot, OpenAlex and OpenReview
+    dumps), streamed line by line (``text`` None) so a multi-GB snapshot never sits in memory."""
     if text is None:
-        yield from json_lines(path)
+        yield from json_lines(path, on_damaged, MAX_EXPORT_LINE_BYTES)
         return
     try:
         doc = json.loads(text)
@@ -49,20 +102,24 @@ def json_records(path: Path, text: str | None) -> Iterator[tuple[int, object]]:
         if exc.msg != "Extra data":
             raise CorpusError(f"{path}:{exc.lineno}: malformed JSON ({exc.msg} at column {exc.colno})") from None
         # More values after the first: JSON lines whose first line is longer than the sniffed head.
-        yield from json_records(path, None)
+        yield from json_records(path, None, on_damaged)
         return
+    page_key = None
     if isinstance(doc, dict) and json_kind(doc) is None:
-        for key in ("results", "notes", "data", "items"):
+        for key in PAGE_KEYS:
             if isinstance(doc.get(key), list):
-                doc = doc[key]
+                doc, page_key = doc[key], key
                 break
-    # A pretty-printed page keeps no line per record: a record is cited by its position in the page.
-    yield from enumerate(doc if isinstance(doc, list) else [doc], 1)
+    records = doc if isinstance(doc, list) else [doc]
+    lines = _element_lines(text, page_key)
+    yield from zip(lines if len(lines) == len(records) else range(1, len(records) + 1), records)
 
 
-def read_json_export(path: Path, text: str | None, on_skip: OnSkip | None) -> Iterator[RawRecord]:
+def read_json_export(
+    path: Path, text: str | None, on_skip: OnSkip | None, on_damaged: OnDamaged | None = None
+) -> Iterator[RawRecord]:
     kind: tuple[str, JsonReader] | None = None
-    for loc, obj in json_records(path, text):
+    for loc, obj in json_records(path, text, on_damaged):
         if obj is None:  # Semantic Scholar's batch endpoint answers null for a paper it does not know
             if on_skip is not None:
                 on_skip(f"{path}:{loc}")
@@ -72,10 +129,21 @@ def read_json_export(path: Path, text: str | None, on_skip: OnSkip | None) -> It
             if this is None:
                 raise unknown_format(path, _describe(obj))
             kind = this
-        elif this is None or this[0] != kind[0]:
-            raise CorpusError(f"{path}:{loc}: not a {kind[0]} record like the ones before it ({_describe(obj)})")
+        elif (this is None or this[0] != kind[0]) and not (
+            kind[0] == csl_json.NAME and isinstance(obj, dict) and csl_json.belongs(obj)
+        ):
+            damaged(
+                CorpusError(f"{path}:{loc}: not a {kind[0]} record like the ones before it ({_describe(obj)})"),
+                on_damaged,
+            )
+            continue
         assert isinstance(obj, dict)
-        rec = kind[1](path, loc, obj, on_skip)
+        try:
+            rec = kind[1](path, loc, obj, on_skip)
+        except CorpusError as exc:
+            damaged(exc, on_damaged)
+            continue
+        rec = checked(rec, on_damaged)
         if rec is not None:
             yield rec
     if kind is None:

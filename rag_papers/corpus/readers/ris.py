@@ -1,5 +1,8 @@
 """RIS (``.ris``) through rispy, with the record boundaries checked first: rispy drops a record that lacks its
-closing ER line silently, and a cut-off export must fail whole."""
+closing ER line silently, and a cut-off export must fail whole.
+
+The venue is read from every tag that writers put it in: T2 (Zotero's publication or proceedings title), C3
+(Zotero's and EndNote's proceedings title for a conference paper), JO, JF, BT, J2 and JA (abbreviations last)."""
 
 from __future__ import annotations
 
@@ -9,13 +12,13 @@ from functools import partial
 from pathlib import Path
 
 from rag_papers.corpus.ids import arxiv_id, doi_of
-from rag_papers.corpus.readers.base import OnSkip, first_of, record, year_in
+from rag_papers.corpus.readers.base import OnDamaged, OnSkip, checked, damaged, derived_note, first_of, record, year_in
 from rag_papers.corpus.record import CorpusError, RawRecord
 
 _RIS_TAG = re.compile(r"^([A-Z][A-Z0-9])  -(?: (.*))?$")
 
 
-def read_ris(path: Path, text: str, on_skip: OnSkip | None) -> Iterator[RawRecord]:
+def read_ris(path: Path, text: str, on_skip: OnSkip | None, on_damaged: OnDamaged | None = None) -> Iterator[RawRecord]:
     """RIS through rispy. rispy drops a record that lacks its closing ER silently, so the record
     boundaries are checked here first: a cut-off export fails whole."""
     import rispy
@@ -48,18 +51,26 @@ def read_ris(path: Path, text: str, on_skip: OnSkip | None) -> Iterator[RawRecor
 
         urls = e.get("urls") or []
         url = urls[0] if urls else None
-        rec = record(
-            path,
-            loc,
-            val("abstract", "notes_abstract"),
-            val("title", "primary_title"),
-            year=year_in(val("year", "publication_year", "date")),
-            authors=[*(e.get("authors") or []), *(e.get("first_authors") or [])],
-            venue=val("secondary_title", "journal_name", "alternate_title3", "alternate_title1"),
-            url=url,
-            doi=doi_of(val("doi")),
-            arxiv=arxiv_id(url),
-            on_skip=on_skip,
-        )
+        unknown = e.get("unknown_tag") or {}
+        try:
+            rec = record(
+                path,
+                loc,
+                val("abstract", "notes_abstract"),
+                None if derived_note(e.get("notes")) else val("title", "primary_title"),
+                year=year_in(val("year", "publication_year", "date")),
+                authors=[*(e.get("authors") or []), *(e.get("first_authors") or [])],
+                venue=val("secondary_title", "custom3", "journal_name", "alternate_title3")
+                or first_of(unknown, "BT")
+                or val("alternate_title1", "alternate_title2"),
+                url=url,
+                doi=doi_of(val("doi")),
+                arxiv=arxiv_id(url),
+                on_skip=on_skip,
+            )
+        except CorpusError as exc:
+            damaged(exc, on_damaged)
+            continue
+        rec = checked(rec, on_damaged)
         if rec is not None:
             yield rec
