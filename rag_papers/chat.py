@@ -10,22 +10,24 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, TypedDict, Unpack
 
-from rag_papers.answer import Answer, AnswerStream, TermStats, as_data, load_prompt
+from rag_papers.answer import Answer, AnswerStream
 from rag_papers.config import Settings
 from rag_papers.corpus import STOPWORDS, clip
-from rag_papers.coverage import asks_for_papers, comparison_sides
 from rag_papers.index import Index
+from rag_papers.judge import Judge, Question, pick_judge
 from rag_papers.keyword import QUERY_BOILERPLATE, keyword_tokens, paper_text
 from rag_papers.llm import Backend, LLMError, generate_text, get_backend
+from rag_papers.prompting import as_data, load_prompt
 from rag_papers.retrieve import Filters, Hit, Retriever, SearchResult
 
+TermStats = Callable[[list[str]], tuple[int, list[tuple[str, int]]]]  # ``Index.stem_stats``
 LIST_TOP_K = 10  # papers a "which papers ..." question retrieves at least, to list every one above the floor
 SIDE_TOP_K = 3  # hits searched for each side of a comparison, for the first that names it
-BACKGROUND_PAPERS = 64  # papers of the index sampled to stand for its field (``Engine.lift``)
 
 
 class AskOptions(TypedDict, total=False):
@@ -55,56 +57,60 @@ class Engine:
         self._background_vecs: Any = None
 
     def search(self, query: str, top_k: int | None = None, filters: Filters | None = None) -> SearchResult:
-        return self.retriever.search(query, top_k, filters)
+        """The papers for ``query`` (``Retriever.search``); a filtered search gets the query's names, parsed here."""
+        names = Question.parse(query, self.settings.coverage).names if filters and filters.active() else ()
+        return self.retriever.search(query, top_k, filters, names)
 
     def backend(self, name: str | None = None, model: str | None = None) -> tuple[Backend, str]:
         return get_backend(self.settings, name, model)
 
     def ask(
         self,
-        question: str,
+        question: str | Question,
         backend: Backend,
         backend_note: str = "",
         top_k: int | None = None,
         filters: Filters | None = None,
-        search_query: str | None = None,
     ) -> AnswerStream:
-        """Retrieve ``top_k`` papers (default ``settings.top_k``) and answer from them.
+        """Retrieve ``top_k`` papers (default ``settings.top_k``) and answer from them, as the judge decides.
 
         One meaning for ``top_k`` everywhere (``search``, ``ask --top-k``, the UI's slider, ``/ask``):
         the papers retrieved. At most ``context_papers`` of them go into the prompt, so an answer
         has at most min(top_k, context_papers) sources; the answer's ``search`` holds all top_k.
+        The question is parsed here, once (``Question``), and handed on to retrieval and the judge.
         """
-        query = search_query or question
+        q = question if isinstance(question, Question) else Question.parse(question, self.settings.coverage)
+        result = self.retrieve(q, top_k, filters)
+        judge = self.judge(backend)
+        return AnswerStream(q, result, backend, self.settings, judge, self.index.embedder, backend_note)
+
+    def retrieve(self, q: Question, top_k: int | None = None, filters: Filters | None = None) -> SearchResult:
+        """What an answer to ``q`` is judged on: ``top_k`` papers (at least ``LIST_TOP_K`` for a list), a
+        comparison's sides each retrieved on its own, and how far the first papers stand above the field."""
         k = top_k or self.settings.top_k
-        if asks_for_papers(question):
+        if q.listing:
             k = max(k, LIST_TOP_K)  # "which papers ...": every paper above the floor, not the top few
-        result = self.search(query, k, filters)
-        sides = comparison_sides(question)
-        if sides and not result.filtered_out:
-            result = self._with_sides(result, sides, filters)
-        return AnswerStream(
-            question,
-            result,
-            backend,
-            self.settings,
-            self.index.embedder,
-            backend_note,
-            self.index.name_df,
-            lift=self.lift(query, result),
-        )
+        result = self.retriever.search(q.text, k, filters, q.names)
+        if q.sides and not result.filtered_out:
+            result = self._with_sides(result, list(q.sides), filters)
+        result.lift = self.lift(q.text, result)
+        return result
+
+    def judge(self, backend: Backend) -> Judge:
+        """The judge of an answer by ``backend`` (``Settings.judge``): the rules, or the model itself."""
+        return pick_judge(self.settings, backend, self.index.embedder, self.index.name_df)
 
     def lift(self, query: str, result: SearchResult) -> float | None:
         """How far the best paper's cosine to ``query`` stands above the query's mean cosine over a fixed sample of
-        the index (``BACKGROUND_PAPERS``): small when no paper is about the query's topic and the nearest are only
-        the field's neighbours (``Settings.flat_lift``). None when it is off, nothing was found, or relevance is not
+        the index (``coverage.background_papers``): small when no paper is about the query's topic and the nearest are
+        only the field's neighbours (``coverage.flat_lift``). None when it is off, nothing was found, or relevance is not
         hybrid retrieval's (``fused_relevance``, the only scale the rule reads): under ``bm25`` no cosine was
         computed at all (every ``dense_score`` is 0), and the sample need not be embedded.
 
         Why against a sample, not the next hits: in a large index a well-covered topic has many close papers, so
         the gap to the second hit says nothing; the sample stands for the field the index is about."""
         s = self.settings
-        if not s.flat_lift or not s.fused_relevance or not result.relevant or not result.results:
+        if not s.coverage.flat_lift or not s.fused_relevance or not result.relevant or not result.results:
             return None
         import numpy as np
 
@@ -125,7 +131,7 @@ class Engine:
         if self._background_of != count:
             import numpy as np
 
-            papers = self.index.sample(BACKGROUND_PAPERS)
+            papers = self.index.sample(self.settings.coverage.background_papers)
             stored = self.index.head_vectors([p.id for p in papers])
             missing = [f"{p.title or ''} {p.abstract}" for p in papers if p.id not in stored]
             vecs = [stored[p.id] for p in papers if p.id in stored]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from rag_papers import RagPapersError, __version__
-from rag_papers.choices import AUTO, DEFAULT_CONFIGS, EMBED_BACKENDS, PRESETS, RETRIEVAL_MODES
+from rag_papers.choices import AUTO, DEFAULT_CONFIGS, EMBED_BACKENDS, JUDGE_MODES, PRESETS, RETRIEVAL_MODES
 
 if TYPE_CHECKING:
     from rag_papers.config import Settings
@@ -155,6 +155,15 @@ def _rerank(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _judge(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--judge",
+        choices=JUDGE_MODES,
+        help="who decides whether the abstracts address the question: the rules, the LLM, or auto (the LLM with "
+        "Ollama or a GGUF that is not the demo model) (default: %(setting)s)",
+    )
+
+
 def _filters(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("filters")
     g.add_argument("--year-min", type=int, help="only papers from this year on (default: no limit)")
@@ -219,6 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ask", help="answer a question with citations")
     p.add_argument("question", nargs="+")
     p.add_argument("--llm", help=LLM_HELP)
+    _judge(p)
     p.add_argument(
         "--model",
         help="model name (ollama) or GGUF path (llamacpp) (default: the ollama_model setting, %(setting:ollama_model)s, "
@@ -271,6 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--llm", help=f"backend for --answers: {LLM_HELP}")
     p.add_argument("--model", help="model for --answers (default: the backend's default)")
+    _judge(p)
     p.add_argument("--json", action="store_true", help=JSON_HELP)
     _common(p)
     _rerank(p)
@@ -388,6 +399,7 @@ def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
         "top_k": getattr(args, "top_k", None),
         "retrieval": getattr(args, "retrieval", None),
         "llm": getattr(args, "llm", None),
+        "judge": getattr(args, "judge", None),
         "reranker": getattr(args, "reranker", None),
         "rerank_candidates": getattr(args, "rerank_candidates", None),
         "min_rerank": getattr(args, "min_rerank", None),
@@ -661,7 +673,11 @@ def cmd_ask(args: argparse.Namespace) -> int:
     if backend.extractive and (args.llm in (None, AUTO)) and settings.llm == AUTO and _first_time(settings, note):
         print(_safe(f"({note})"), file=sys.stderr)
     clock = ThinkingClock(sys.stderr)
+    judging = False
     for chunk in stream:
+        if stream.phase == "judging" and not judging:
+            judging = True  # said once: the model reads the abstracts before it answers
+            print(_safe(f"({stream.judging}…)"), file=sys.stderr, flush=True)
         clock.tick(stream.phase, stream.thinking_seconds)
         sys.stdout.write(_safe(chunk))  # a split escape sequence loses its ESC here: harmless text is left
         sys.stdout.flush()

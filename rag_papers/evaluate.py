@@ -403,6 +403,8 @@ def score_answers(
                 "refused": ans.refused,
                 "caveat": ans.caveat is not None and not ans.refused,
                 "uncovered": list(ans.uncovered),
+                "judge": ans.judge,
+                "judge_fallback": "the rules judged" in (ans.notice or ""),
                 "citations": ans.citations,
                 "precision": len(cited & gold) / len(cited) if cited else None,
                 "recall": len(cited & gold) / len(gold) if gold else None,
@@ -421,6 +423,8 @@ def score_answers(
     return {
         "backend": backend.name,
         "model": backend.model,
+        "judge": engine.judge(backend).name,
+        "judge_fallbacks": sum(r["judge_fallback"] for r in rows),
         "citation_precision": round(statistics.fmean(precs), 4) if precs else 0.0,
         "citation_recall": round(statistics.fmean(recs), 4) if recs else 0.0,
         "removed_citation_rate": round(sum(r["removed"] for r in rows) / total_cites, 4) if total_cites else 0.0,

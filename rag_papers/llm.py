@@ -16,6 +16,7 @@ import math
 import queue
 import threading
 from collections.abc import Callable, Generator, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -65,6 +66,8 @@ class Backend(Protocol):
 
     def stream(self, messages: list[Message], max_tokens: int) -> Iterator[str]: ...
 
+    def structured(self, messages: list[Message], schema: dict[str, Any], max_tokens: int, timeout: float) -> str: ...
+
     def cancel(self) -> None: ...
 
 
@@ -76,6 +79,7 @@ class BackendDefaults:
     """
 
     phase: str = ""
+    name: str = "backend"
 
     @property
     def demo(self) -> bool:
@@ -83,6 +87,11 @@ class BackendDefaults:
 
     def cancel(self) -> None:
         """Nothing to stop: a backend that cannot stop mid-answer ends at its own pace."""
+
+    def structured(self, messages: list[Message], schema: dict[str, Any], max_tokens: int, timeout: float) -> str:
+        """A reply held to the JSON ``schema`` (the LLM judge's verdict), within ``timeout`` seconds. A backend that
+        cannot hold its output to a schema says so: the judge then falls back to the rules."""
+        raise LLMError(f"the {self.name} backend cannot hold its output to a JSON schema")
 
 
 class _Plugin:
@@ -130,10 +139,16 @@ class _Plugin:
         if callable(stop):
             stop()
 
+    def structured(self, messages: list[Message], schema: dict[str, Any], max_tokens: int, timeout: float) -> str:
+        held = getattr(self._inner, "structured", None)
+        if not callable(held):
+            raise LLMError(f"the {self.name} backend cannot hold its output to a JSON schema")
+        return str(held(messages, schema, max_tokens, timeout))
+
 
 def _with_defaults(backend: Any) -> Backend:
     """``backend`` as the registry hands it out: with ``demo``, ``phase`` and ``cancel`` (``_Plugin`` adds them)."""
-    if all(hasattr(backend, member) for member in ("demo", "phase", "cancel")):
+    if all(hasattr(backend, member) for member in ("demo", "phase", "cancel", "structured")):
         return backend  # type: ignore[no-any-return]
     return _Plugin(backend)
 
@@ -417,35 +432,45 @@ class OllamaBackend(BackendDefaults):
         cap costs nothing when it does not."""
         return max_tokens + (self.thinking_tokens if self.thinks else 0)
 
-    def stream(self, messages: list[Message], max_tokens: int) -> Iterator[str]:
-        import httpx
-        import ollama
-        from llama_index.core.llms import ChatMessage
+    def _llm(self, messages: list[Message], max_tokens: int, timeout: float) -> Any:
+        """llama-index's ``Ollama`` for one request: ``num_ctx`` to fit the prompt and the budget (Ollama's default,
+        2048-4096, silently truncates the prompt), the reasoning's budget on top of ``max_tokens``."""
         from llama_index.llms.ollama import Ollama
 
         self.available()  # the model's card: how it thinks (a no-op once read)
         budget = self.token_budget(max_tokens)
         prompt_tokens = sum(estimate_tokens(m["content"]) + 8 for m in messages)
-        # Ollama's default num_ctx (2048-4096) silently truncates the prompt: ask for what we need.
         num_ctx = min(self.context_window, max(2048, 1024 * math.ceil((prompt_tokens + budget + 256) / 1024)))
-        llm = Ollama(
+        return Ollama(
             model=self.model,
             base_url=self.host,
-            request_timeout=self.timeout,
+            request_timeout=timeout,
             context_window=num_ctx,
             temperature=self.temperature,
             additional_kwargs={"num_predict": budget},
             keep_alive="10m",
             thinking=self.think_value(),
         )
+
+    def structured(self, messages: list[Message], schema: dict[str, Any], max_tokens: int, timeout: float) -> str:
+        """One reply held to ``schema`` by Ollama's ``format`` (structured outputs), its reasoning left out."""
+        from llama_index.core.llms import ChatMessage
+
+        timeout = min(timeout, self.timeout)  # never longer than any request to this server may take
+        llm = self._llm(messages, max_tokens, timeout)
         chat = [ChatMessage(role=m["role"], content=m["content"]) for m in messages]
+        with self._errors(timeout):
+            reply = llm.chat(chat, format=schema)
+        return "".join(c for c in split_thinking([reply.message.content or ""]) if not isinstance(c, Thinking))
+
+    @contextmanager
+    def _errors(self, timeout: float) -> Iterator[None]:
+        """The client's errors as one ``LLMError`` each, naming the fix."""
+        import httpx
+        import ollama
+
         try:
-            for part in llm.stream_chat(chat):
-                thought = part.additional_kwargs.get("thinking_delta")
-                if thought:
-                    yield Thinking(thought)
-                if part.delta:
-                    yield part.delta
+            yield
         except ollama.ResponseError as exc:
             if exc.status_code == 404:
                 raise LLMError(
@@ -454,12 +479,25 @@ class OllamaBackend(BackendDefaults):
             raise LLMError(f"Ollama error: {_short(exc)}") from None
         except httpx.TimeoutException:
             raise LLMError(
-                f"Ollama at {self.host} did not answer within {self.timeout:g} s (raise ollama_timeout)"
+                f"Ollama at {self.host} did not answer within {timeout:g} s (raise ollama_timeout)"
             ) from None
         except (httpx.HTTPError, ConnectionError) as exc:
             raise LLMError(
                 f"lost the Ollama server at {self.host} mid-answer ({_short(exc)}): is `ollama serve` running?"
             ) from None
+
+    def stream(self, messages: list[Message], max_tokens: int) -> Iterator[str]:
+        from llama_index.core.llms import ChatMessage
+
+        llm = self._llm(messages, max_tokens, self.timeout)
+        chat = [ChatMessage(role=m["role"], content=m["content"]) for m in messages]
+        with self._errors(self.timeout):
+            for part in llm.stream_chat(chat):
+                thought = part.additional_kwargs.get("thinking_delta")
+                if thought:
+                    yield Thinking(thought)
+                if part.delta:
+                    yield part.delta
 
 
 # ----------------------------------------------------------------- llama.cpp
@@ -701,6 +739,46 @@ class LlamaCppBackend(BackendDefaults):
     def prompt(self, messages: list[Message]) -> str:
         """The prompt this model is given for ``messages`` (its own chat template): what the tests check."""
         return self._llm(self.max_answer_tokens)[1].render(messages)
+
+    def structured(self, messages: list[Message], schema: dict[str, Any], max_tokens: int, timeout: float) -> str:
+        """One reply held to ``schema`` by a llama.cpp grammar made from it, within ``timeout`` seconds (the wait for
+        the model included). Why llama_cpp's own ``create_completion`` and not llama-index's ``LlamaCPP.complete``:
+        that passes only the generation settings fixed when the model was loaded, and a grammar is per call."""
+        import json
+        import time
+
+        from llama_cpp import LlamaGrammar, StoppingCriteriaList
+
+        ok, why = self.available()
+        if not ok:
+            raise LLMError(why)
+        deadline = time.monotonic() + timeout
+        late = LLMError(f"llama.cpp did not answer within {timeout:g} s (raise judge_timeout)")
+        while not _LLAMA_GATE.acquire(timeout=KEEPALIVE_SECONDS):
+            if time.monotonic() > deadline:
+                raise late
+        try:
+            self.phase = "loading"
+            llm, template = self._llm(max_tokens)
+            self.phase = "reading"
+            grammar = LlamaGrammar.from_json_schema(json.dumps(schema), verbose=False)
+            out = llm._model.create_completion(
+                template.render(messages),
+                grammar=grammar,
+                max_tokens=max(1, min(max_tokens, MAX_NEW_TOKENS)),
+                temperature=max(self.temperature, 0.01),
+                repeat_penalty=1.0,  # a verdict repeats its keys by design
+                stop=template.stops,
+                stopping_criteria=StoppingCriteriaList([lambda ids, logits: time.monotonic() > deadline]),
+            )
+        except (ValueError, RuntimeError) as exc:
+            raise LLMError(f"llama.cpp failed with {self.model}: {_short(exc)}") from None
+        finally:
+            self.phase = ""
+            _LLAMA_GATE.release()
+        if time.monotonic() > deadline:
+            raise late
+        return str(out["choices"][0]["text"])
 
     def stream(self, messages: list[Message], max_tokens: int) -> Generator[str, None, None]:
         """Tokens as llama.cpp writes them, and "" every ``KEEPALIVE_SECONDS`` while none comes.

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +25,6 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from rag_papers import RagPapersError
 from rag_papers.config import Settings, TopK, Year, validation_message
 from rag_papers.corpus import Paper, quotable_sentences, safe_text, sentences
-from rag_papers.coverage import only_facet_asked, states_facet
 from rag_papers.index import Index
 from rag_papers.keyword import BM25_K1, keyword_query, keyword_tokens, lucene_idf, paper_text, useful_terms
 from rag_papers.store import passage_text
@@ -290,6 +289,8 @@ class SearchResult:
     sentence_match: float | None = None
     # The query's vector (first model) as the search embedded it, for ``Engine.lift``: not embedded twice per ask.
     query_vec: list[float] | None = field(default=None, repr=False, compare=False)
+    # How far the first papers stand above the index's field (``Engine.lift``), set by an ask: the judge reads it.
+    lift: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -311,7 +312,12 @@ class Retriever:
         self.index = index
         self.settings = settings
 
-    def search(self, query: str, top_k: int | None = None, filters: Filters | None = None) -> SearchResult:
+    def search(
+        self, query: str, top_k: int | None = None, filters: Filters | None = None, names: Sequence[str] = ()
+    ) -> SearchResult:
+        """The ``top_k`` best papers for ``query``, with retrieval's own evidence of relevance; whether they answer a
+        question is the judge's (``rag_papers.judge``). ``names``: the query's names, as chat parsed it (a name of
+        several words is known to a filtered search only whole)."""
         s = self.settings
         # Escape sequences and control characters are not words: search for the text the user sees.
         query = safe_text(query, newlines=False)
@@ -408,7 +414,7 @@ class Retriever:
         if filters.active() and hits and mode != "dense":
             # Relevance is decided on the papers the filters keep: a word only filtered-out papers
             # contain is not known to this search (what ABBA claims is no question for BAM).
-            coverage = self._coverage_within(query, filters, papers)
+            coverage = self._coverage_within(query, names, filters, papers)
         # Decided on the value reported, and on the ``top_k`` best hits by the fused score however many were asked
         # for: eval ranks ten deep for recall@10 and must refuse what the app refuses at its own depth (a paper
         # ranked 6th can hold the best cosine). By the fused score, not a reranker's order: that stays the decision.
@@ -425,12 +431,6 @@ class Retriever:
                 relevant = True
                 above_floor = [pid for pid, cos in best.items() if cos >= s.sentence_match]
             timings["sentence_ms"] = _ms(t2)
-        if hits and not relevant and (facet := only_facet_asked(query)):
-            # "Which papers link their code?" asks for a property of the papers, not a topic: a paper stating it
-            # is the evidence, however far its words are from the question's (read round 23: relevance 0.26).
-            states = states_facet(query, facet, [])
-            stated = [h.id for h in judged if any(map(states, quotable_sentences(papers[h.id].abstract, True)))]
-            relevant, above_floor = bool(stated), stated or above_floor
         # Nothing left because of the filters: candidates were turned away, or the vector store's
         # filter (year, venue) matched no vector at all in a non-empty index.
         excluded = (
@@ -462,7 +462,7 @@ class Retriever:
         if not s.fused_relevance:
             return False
         if relevant:
-            return bool(s.loose_sentence) and relevance < s.loose_match
+            return bool(s.coverage.loose_sentence) and relevance < s.coverage.loose_match
         return bool(s.sentence_match) and s.sentence_match_from <= relevance < s.min_score
 
     def _best_sentences(self, vec: list[float], hits: list[Hit], papers: dict[str, Paper]) -> dict[str, float]:
@@ -562,7 +562,7 @@ class Retriever:
                 keyword[pid] = min(1.0, score / mass)
         return keyword, coverage, _ms(t0)
 
-    def _coverage_within(self, query: str, filters: Filters, seen: dict[str, Paper]) -> float:
+    def _coverage_within(self, query: str, names: Sequence[str], filters: Filters, seen: dict[str, Paper]) -> float:
         """``coverage`` counting a word as known only when a paper the filters keep contains it.
 
         The papers already read (``seen``) answer for most words; a word none of them has is
@@ -579,10 +579,8 @@ class Retriever:
         kept = set().union(*kept_docs)
         # A name of several words ("Meta-PlanGPT-2") is known only whole: a kept paper naming another
         # PlanGPT does not know this one, and each of its words counts as unknown.
-        from rag_papers.coverage import split_question
-
         unknown: set[str] = set()
-        for name in split_question(query)[0]:
+        for name in names:
             stems = [t for t in keyword_tokens(name) if t in idf]
             if len(stems) > 1 and not self._kept_paper_has(stems, filters, kept_docs):
                 unknown.update(stems)

@@ -32,6 +32,10 @@ Behaviour knobs are plain attributes and may be changed while the server runs:
   /api/show, ``think`` in a request ignored, and a thinking model's reasoning inline at the start of the
   content, ``<think>...</think>``, as DeepSeek-R1 and Qwen3 GGUFs wrote it there.
 * ``version`` -- what /api/version says (``LEGACY_VERSION`` under ``legacy``).
+* ``judge_reply`` -- the reply to a request that holds the output to a JSON schema (``format``: the LLM judge's),
+  a string or a callable ``(request_json) -> str``; by default a verdict of "yes" (score 8) for every source the
+  prompt numbers (``<source n="N">``), so an answer asked after it reads every source.
+* ``judge_delay`` -- seconds slept before answering such a request (a judge that times out).
 
 Today's server (the default) also refuses ``think`` for a model without the capability (HTTP 400, as Ollama
 0.9 and later do), and stops at the request's ``num_predict`` tokens, thinking included, with
@@ -57,7 +61,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Self
 
-__all__ = ["OllamaStub", "tokenize"]
+__all__ = ["OllamaStub", "judge_verdict", "sources_shown", "tokenize"]
 
 ReplySource = str | Callable[[dict[str, Any]], str]
 
@@ -90,6 +94,29 @@ def tokenize(text: str) -> list[str]:
     ``"".join(tokenize(text)) == text`` always holds.
     """
     return _TOKEN_RE.findall(text)
+
+
+def sources_shown(data: dict[str, Any]) -> list[int]:
+    """The source numbers a request's prompt shows (``<source n="N">``), in order."""
+    text = " ".join(str(m.get("content") or "") for m in data.get("messages") or [] if isinstance(m, dict))
+    return [int(n) for n in re.findall(r'<source n="(\d+)">', text + str(data.get("prompt") or ""))]
+
+
+def judge_verdict(
+    data: dict[str, Any], addresses: str | Callable[[int], str], score: int = 8, missing: str = ""
+) -> str:
+    """A judge's verdict on every source ``data``'s prompt shows: ``addresses`` for each (or a function of its number)."""
+    papers = [
+        {
+            "n": n,
+            "addresses": addresses(n) if callable(addresses) else addresses,
+            "score": score,
+            "evidence": "",
+            "missing": missing,
+        }
+        for n in sources_shown(data)
+    ]
+    return json.dumps({"papers": papers})
 
 
 def _now_rfc3339() -> str:
@@ -336,7 +363,7 @@ class _Handler(BaseHTTPRequestHandler):
         if isinstance(thinks, str) and thinks.startswith("!"):
             self._send_error_json(HTTPStatus.BAD_REQUEST, thinks[1:])
             return
-        reply = stub._reply_for(data)
+        reply = stub._judge_reply_for(data) if data.get("format") else stub._reply_for(data)
         thought = stub._thinking_for(data) if thinks else ""
         if thinks == "inline":
             reply, thought = f"<think>\n{thought}\n</think>\n\n{reply}", ""
@@ -360,6 +387,9 @@ class _Handler(BaseHTTPRequestHandler):
         prompt_eval_count = max(1, _count_words(prompt_chunks))
 
         # Model load / prompt evaluation: nothing (not even headers) is sent yet.
+        if data.get("format") and not stub._sleep(stub.judge_delay):
+            self._abort()
+            return
         if not stub._sleep(stub.first_token_delay):
             self._abort()
             return
@@ -450,6 +480,8 @@ class OllamaStub:
         always_think: Iterable[str] = (),
         legacy: bool = False,
         version: str | None = None,
+        judge_reply: ReplySource | None = None,
+        judge_delay: float = 0.0,
         host: str = "127.0.0.1",
         port: int = 0,
         verbose: bool = False,
@@ -464,6 +496,8 @@ class OllamaStub:
         self.thinking: ReplySource = thinking
         self.legacy: bool = legacy
         self.version: str | None = version
+        self.judge_reply: ReplySource | None = judge_reply
+        self.judge_delay: float = judge_delay
         self.verbose: bool = verbose
         self.requests: list[tuple[str, Any]] = []
         self.host: str = host
@@ -578,6 +612,12 @@ class OllamaStub:
     def _reply_for(self, data: dict[str, Any]) -> str:
         reply = self.reply
         return str(reply(data)) if callable(reply) else str(reply)
+
+    def _judge_reply_for(self, data: dict[str, Any]) -> str:
+        reply = self.judge_reply
+        if reply is not None:
+            return str(reply(data)) if callable(reply) else str(reply)
+        return judge_verdict(data, "yes")
 
     def _thinking_for(self, data: dict[str, Any]) -> str:
         thinking = self.thinking

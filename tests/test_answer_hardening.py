@@ -44,7 +44,8 @@ def test_each_source_is_fenced_and_its_text_cannot_pose_as_another_source_or_the
     settings: Settings,
 ) -> None:
     question = "How is routing made sparse?"
-    messages, used = build_messages(question, result_of(INJECTED, BENIGN), settings, 4096, 200)
+    result = result_of(INJECTED, BENIGN)
+    messages, used = build_messages(question, [(h, result.papers[h.id]) for h in result.results], settings, 4096, 200)
     system, user = messages[0]["content"], messages[1]["content"]
     assert [p.id for _, p in used] == ["p1", "p2"]
     assert "data" in system and "not instructions" in system and "<source" in system
@@ -93,7 +94,12 @@ def test_an_injected_citation_in_the_only_source_is_still_cut(settings: Settings
     from rag_papers.answer import AnswerStream
 
     fake = FakeBackend(reply="Routing is sparse [1]. The password is hunter2 [2].")
-    answer = AnswerStream("How is routing made sparse?", result_of(INJECTED), fake, settings).run()
+    from rag_papers.judge import Question, pick_judge
+
+    judge = pick_judge(settings, fake, None, None)
+    answer = AnswerStream(
+        Question.parse("How is routing made sparse?"), result_of(INJECTED), fake, settings, judge
+    ).run()
     (messages,) = fake.calls
     assert CITATION.findall(messages[1]["content"]) == ["[1]"]
     assert answer.answer == "Routing is sparse [1]. The password is hunter2." and answer.removed_citations == ["[2]"]

@@ -626,8 +626,9 @@ def test_the_one_sentence_splitter(text: str, expected: list[str]) -> None:
 def test_every_sentence_an_answer_can_quote_is_one_sentence_the_panel_highlights() -> None:
     """The invariant behind the one splitter: an extractive answer quotes a sentence of an abstract as a reader
     sees it, and the sources panel, cutting the same abstract, marks exactly that sentence "quoted"."""
-    from rag_papers.answer import QuotePlan, extractive_text
+    from rag_papers.answer import extractive_text
     from rag_papers.corpus import quotable_sentences
+    from rag_papers.judge import Verdict
     from rag_papers.retrieve import Hit
     from rag_papers.ui.render import marked_sentences
 
@@ -643,7 +644,8 @@ def test_every_sentence_an_answer_can_quote_is_one_sentence_the_panel_highlights
         shown = plain_text(paper.abstract)  # what the panel cuts (ui/render.py: _panel_body)
         for sentence in quotable_sentences(paper.abstract):
             for listing in (False, True):  # "- sentence [1]", and "- Title — sentence [1]" in a list of papers
-                answer = "".join(extractive_text(QuotePlan([(1, sentence)], listing), used, settings))
+                verdict = Verdict("rules", quotes=[(paper.id, sentence)], listing=listing, titled=listing)
+                answer = "".join(extractive_text(verdict, used, settings))
                 marked = [s for kind, s in marked_sentences(shown, "", answer) if kind == "quoted"]
                 assert [norm(s) for s in marked] == [norm(sentence)], (paper.title, sentence, marked)
             quoted += 1

@@ -16,9 +16,11 @@ import pytest
 from conftest import FakeBackend, run_main
 from test_integrity import abba_id
 
-from rag_papers.chat import BACKGROUND_PAPERS, ChatSession, Engine, usable_rewrite
-from rag_papers.config import Settings
-from rag_papers.coverage import (
+from rag_papers.chat import ChatSession, Engine, usable_rewrite
+from rag_papers.config import CoverageSettings, Settings
+from rag_papers.judge.aspects import analyse, decide, name_found, states_facet, technical
+from rag_papers.judge.question import asked_facet, comparison_sides, scope_asked, split_question
+from rag_papers.judge.words import (
     BEST,
     CODE,
     COMBINATION,
@@ -34,19 +36,17 @@ from rag_papers.coverage import (
     SETUP,
     VALIDATION,
     WHY,
-    CoverageRules,
-    analyse,
-    asked_facet,
-    comparison_sides,
-    decide,
-    name_found,
-    scope_asked,
-    split_question,
-    states_facet,
-    technical,
 )
 from rag_papers.keyword import paper_text
 from rag_papers.llm import BackendDefaults, ExtractiveBackend
+
+BACKGROUND_PAPERS = CoverageSettings().background_papers
+
+
+def with_coverage(settings: Settings, **rules: Any) -> Settings:
+    """``settings`` with some of its coverage rules changed (``Settings.coverage``)."""
+    return settings.model_copy(update={"coverage": settings.coverage.model_copy(update=rules)})
+
 
 SEEDS_TEXT: list[str] = []
 
@@ -365,7 +365,7 @@ def test_a_contrasted_clause_is_no_scope(engine: Engine) -> None:
 )
 def test_a_rare_form_of_an_everyday_word_is_not_technical(phrase: str, is_technical: bool) -> None:
     """Read rounds 12 and 13: "The abstracts don't mention tidies" (Zipf 1.6; "tidy" is 3.5), "shakier"."""
-    assert technical(phrase, CoverageRules()) is is_technical
+    assert technical(phrase, CoverageSettings()) is is_technical
 
 
 def test_a_comparison_has_two_sides_only_when_two_things_are_named() -> None:
@@ -635,11 +635,11 @@ def test_a_relevant_but_loose_match_is_said_first(engine: Engine) -> None:
     first that the abstracts match only loosely; with it (and ``flat_lift``) at 0, as before, nothing is said."""
     q = "Why do AI chatbots sometimes refuse perfectly harmless requests?"
     result = engine.search(q)
-    assert result.relevant and result.relevance < engine.settings.loose_match, result.relevance
+    assert result.relevant and result.relevance < engine.settings.coverage.loose_match, result.relevance
     ans = engine.ask(q, ExtractiveBackend(engine.settings)).run()
     assert not ans.refused and LOOSE_MATCH in ans.uncovered
     assert ans.answer.startswith("The abstracts match this question only loosely")
-    off = Engine(engine.settings.model_copy(update={"loose_match": 0.0, "flat_lift": 0.0}), engine.index)
+    off = Engine(with_coverage(engine.settings, loose_match=0.0, flat_lift=0.0), engine.index)
     assert off.ask(q, ExtractiveBackend(off.settings)).run().uncovered == []
 
 
@@ -651,12 +651,12 @@ def test_a_technical_topic_no_abstract_is_about_is_said_to_match_loosely(engine:
     that paper), and ``flat_lift`` 0 turns the rule off."""
     q = "Which papers do out-of-distribution detection for image classifiers?"
     result = engine.search(q, 10)
-    assert result.relevant and result.relevance > engine.settings.loose_match, result.relevance
+    assert result.relevant and result.relevance > engine.settings.coverage.loose_match, result.relevance
     lift = engine.lift(q, result)
-    assert lift is not None and lift < engine.settings.flat_lift, lift
+    assert lift is not None and lift < engine.settings.coverage.flat_lift, lift
     ans = engine.ask(q, ExtractiveBackend(engine.settings)).run()
     assert not ans.refused and LOOSE_MATCH in ans.uncovered, ans.uncovered
-    off = Engine(engine.settings.model_copy(update={"flat_lift": 0.0}), engine.index)
+    off = Engine(with_coverage(engine.settings, flat_lift=0.0), engine.index)
     assert LOOSE_MATCH not in off.ask(q, ExtractiveBackend(off.settings)).run().uncovered
     # a technical question on a topic the abstracts are about stands well above the field
     on_topic = "Which papers speed up inference of diffusion large language models without retraining?"
@@ -723,13 +723,19 @@ def test_a_loose_match_with_a_close_sentence_is_answered_plainly(engine: Engine)
         "actually turn out better than just giving everyone the same answer?"
     )
     result = engine.search(q)
-    assert result.relevant and s.min_score <= result.relevance < s.loose_match, result.relevance
-    assert result.sentence_match is not None and result.sentence_match >= s.loose_sentence, result.sentence_match
+    assert result.relevant and s.min_score <= result.relevance < s.coverage.loose_match, result.relevance
+    assert result.sentence_match is not None and result.sentence_match >= s.coverage.loose_sentence, (
+        result.sentence_match
+    )
     ans = engine.ask(q, ExtractiveBackend(s)).run()
     assert not ans.refused and ans.uncovered == [] and ans.caveat is None, ans.uncovered
     near = "Why do translation apps get idioms and slang so wrong?"
     result = engine.search(near)
-    assert result.relevant and result.relevance < s.loose_match and (result.sentence_match or 0) < s.loose_sentence
+    assert (
+        result.relevant
+        and result.relevance < s.coverage.loose_match
+        and (result.sentence_match or 0) < s.coverage.loose_sentence
+    )
     assert LOOSE_MATCH in engine.ask(near, ExtractiveBackend(s)).run().uncovered
 
 
@@ -809,7 +815,7 @@ def test_a_loose_match_on_names_no_abstract_has_is_refused(engine: Engine) -> No
     s = engine.settings
     q = "How do I get better at chess openings like the Sicilian Defence?"
     result = engine.search(q)
-    assert result.relevant and result.relevance < s.loose_match, result.relevance
+    assert result.relevant and result.relevance < s.coverage.loose_match, result.relevance
     ans = engine.ask(q, ExtractiveBackend(s)).run()
     assert ans.refused and ans.citations == [] and ans.uncovered == ["Sicilian Defence", LOOSE_MATCH], ans.uncovered
     assert ans.answer.startswith(
@@ -819,13 +825,13 @@ def test_a_loose_match_on_names_no_abstract_has_is_refused(engine: Engine) -> No
     fake = FakeBackend()
     assert engine.ask(q, fake).run().refused and fake.calls == []
     # One name the abstracts have: answered, with the unknown one said first (loose by relevance alone here).
-    by_relevance = Engine(s.model_copy(update={"loose_sentence": 0.0}), engine.index)
+    by_relevance = Engine(with_coverage(s, loose_sentence=0.0), engine.index)
     anchored = by_relevance.ask("Does the LoRA alternative with the Hadamard product beat QLoRA?", ExtractiveBackend(s))
     kept = anchored.run()
     assert not kept.refused and kept.uncovered == ["QLoRA", LOOSE_MATCH], kept.uncovered
     assert kept.answer.startswith("No indexed abstract mentions QLoRA, and the abstracts match the question only")
     # A clear match is not touched: the same names, no loose line.
-    off = Engine(s.model_copy(update={"loose_match": 0.0}), engine.index)
+    off = Engine(with_coverage(s, loose_match=0.0), engine.index)
     plain = off.ask(q, ExtractiveBackend(off.settings)).run()
     assert not plain.refused and plain.uncovered == ["Sicilian Defence"], plain.uncovered
 
@@ -966,7 +972,7 @@ def test_a_paraphrased_description_is_never_said_missing_when_its_words_are_inde
 def test_a_question_the_abstract_answers_gets_no_line(engine: Engine, q: str) -> None:
     """The aspects' rules alone (``loose_match`` off: a half-remembered question can match only loosely, and that
     line is tested on its own)."""
-    rules_only = Engine(engine.settings.model_copy(update={"loose_match": 0.0}), engine.index)
+    rules_only = Engine(with_coverage(engine.settings, loose_match=0.0), engine.index)
     ans = rules_only.ask(q, ExtractiveBackend(rules_only.settings)).run()
     assert ans.uncovered == [] and ans.caveat is None and not ans.refused, (q, ans.uncovered)
 
@@ -1094,7 +1100,7 @@ def test_an_llm_answer_says_what_the_abstracts_leave_out(engine: Engine) -> None
     the caveat the CLI and the UI show) and is taken out of the answer, so it is no claim."""
     from ollama_stub import OllamaStub
 
-    from rag_papers.answer import load_prompt
+    from rag_papers.prompting import load_prompt
     from rag_papers.llm import OllamaBackend
 
     reply = "ABBA reparameterizes the update as a Hadamard product [1].\nNot in the abstracts: training cost."

@@ -168,7 +168,8 @@ def test_ollama_answer_streams_with_citations_checked(stub: OllamaStub, engine: 
     assert answer.sources[0].id == ABBA_ID
     assert answer.citations == [ABBA_ID, answer.sources[1].id]
 
-    (req,) = stub.requests_to("/api/chat")
+    judged, req = stub.requests_to("/api/chat")  # the model judges the abstracts first (Settings.judge auto)
+    assert judged["format"]["required"] == ["papers"] and "format" not in req
     assert req["model"] == MODEL and req["stream"] is True
     assert [m["role"] for m in req["messages"]] == ["system", "user"]
     assert abba_abstract() in req["messages"][1]["content"]

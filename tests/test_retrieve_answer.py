@@ -487,7 +487,7 @@ def test_extractive_cites_no_paper_whose_best_sentence_does_not_match(engine: En
 
 
 def test_sentence_prior_prefers_contributions_and_results_over_background() -> None:
-    from rag_papers.answer import sentence_prior
+    from rag_papers.judge.quotes import sentence_prior
 
     assert sentence_prior("Leveraging this insight, we propose ES-dLLM, a training-free framework.") == 1
     assert sentence_prior("We introduce ABBA, a new PEFT architecture.") == 1

@@ -37,6 +37,7 @@ PHASE_WORDS = {
     "loading": "Loading the model…",
     "reading": "The model is reading the abstracts…",
     "thinking": "The model is thinking before it answers…",
+    "judging": "The model is judging which of the abstracts address the question…",
     "writing": "Writing the answer…",
 }
 
