@@ -426,13 +426,19 @@ class AnswerStream:
 
     def _refusal(self, verdict: Verdict) -> str:
         """A refusal's text: the judge's line first (names no abstract has), then the refusal prompt; the filters'
-        own words when they excluded every paper."""
+        own words when they excluded every paper, or kept only papers that don't cover the question."""
         if verdict.kind == "filtered":
             reason = self.result.filter_reason or "no paper passes them"
             return (
                 f"The filters excluded every paper ({reason}), so there is nothing to answer from: widen or clear them."
             )
-        text = load_prompt(self.settings, "refusal").strip()
+        if self.result.filters:  # not the abstracts: the papers the filters let through (the others were not read)
+            text = (
+                f"The filters ({self.result.filters}) keep only papers that don't cover this question: widen or clear "
+                "them to search every paper."
+            )
+        else:
+            text = load_prompt(self.settings, "refusal").strip()
         return f"{verdict.caveat}. {text}" if verdict.caveat else text
 
     def _generate(self) -> Iterator[str]:

@@ -291,6 +291,7 @@ class SearchResult:
     query_vec: list[float] | None = field(default=None, repr=False, compare=False)
     # How far the first papers stand above the index's field (``Engine.lift``), set by an ask: the judge reads it.
     lift: float | None = None
+    filters: str | None = None  # the filters that were on, in words (``Filters.describe``), else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -452,6 +453,7 @@ class Retriever:
             above_floor=above_floor,
             sentence_match=sentence,
             query_vec=vec,
+            filters=filters.describe() if filters.active() else None,
         )
 
     def _sentence_band(self, relevance: float, relevant: bool) -> bool:

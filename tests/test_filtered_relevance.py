@@ -68,3 +68,18 @@ def test_a_year_filter_that_removes_the_named_method_refuses_instead_of_quoting_
     assert filtered["relevant"] is False, filtered["relevance"]
     answer = ask_json(env, query, "--year-min", "2022")
     assert answer["refused"] is True and "tri" not in answer["citations"]  # type: ignore[operator]
+
+
+def test_a_refusal_under_a_filter_says_the_filter_first_in_the_cli_and_the_json(seeded: Settings) -> None:
+    """Reported (issues 45 and 47): with the keyword filter RNA, "which papers study learnable parameters?" said only
+    "The indexed abstracts don't cover this question", with no word of the filter that kept every other paper out."""
+    out = run_main("ask", "--llm", "extractive", "--keyword", "RNA", "which papers study learnable parameters?")
+    assert out.returncode == 0, out.stderr
+    first = out.stdout.strip().splitlines()[0]
+    assert first.startswith("The filters (keyword 'RNA') keep only papers that don't cover this question"), first
+    assert "widen or clear" in first
+    js = run_main("ask", "--json", "--llm", "extractive", "--keyword", "positional", "what does ABBA claim?")
+    answer = json.loads(js.stdout)
+    assert answer["refused"] and answer["answer"].startswith("The filters (keyword 'positional')")
+    plain = json.loads(run_main("ask", "--json", "--llm", "extractive", "who won the 2022 World Cup?").stdout)
+    assert plain["refused"] and "filters" not in plain["answer"]  # no filter on: the usual refusal
