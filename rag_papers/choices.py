@@ -11,7 +11,7 @@ from typing import Any, Literal, get_args
 RetrievalMode = Literal["hybrid", "dense", "bm25"]
 EmbedBackend = Literal["torch", "onnx", "onnx-int8"]
 # ``Settings.judge``: who decides whether the abstracts answer the question (rag_papers/judge).
-JudgeMode = Literal["auto", "rules", "llm"]
+JudgeMode = Literal["auto", "rules", "llm", "reranker"]
 JUDGE_MODES: tuple[JudgeMode, ...] = get_args(JudgeMode)
 # ``Settings.think``: a thinking model's reasoning off or on, or a level for the models that take one (gpt-oss).
 ThinkMode = Literal["off", "on", "low", "medium", "high"]

@@ -478,9 +478,15 @@ class Settings(BaseSettings):
     judge: JudgeMode = Field(
         default="auto",
         description="Who decides whether the retrieved abstracts address the question: rules (offline, always "
-        "there), llm (the answering model reads each abstract and returns a verdict), or auto (llm with Ollama or a "
+        "there), llm (the answering model reads each abstract and returns a verdict), reranker (the cross-encoder "
+        "of the reranker setting scores each abstract against judge_rerank_floor), or auto (llm with Ollama or a "
         "llama.cpp model that is not the packaged demo, else rules). A verdict that does not come back falls back "
         "to the rules for that paper, and the answer says so.",
+    )
+    judge_rerank_floor: float | None = Field(
+        default=None,
+        description="judge = reranker: a paper addresses the question when the cross-encoder scores it at least this "
+        "(its own scale); default min_rerank, else 0 (where an ms-marco cross-encoder's logit turns relevant).",
     )
     judge_timeout: float = Field(
         default=60.0, gt=0, description="Seconds the LLM judge may take for one question's abstracts."
@@ -573,9 +579,13 @@ class Settings(BaseSettings):
     @classmethod
     def _host_or_url(cls, value: str) -> str:
         """host[:port] or scheme://host[:port][/path], as the Ollama client reads it; anything else is refused
-        here, in words, instead of failing inside the HTTP client."""
+        here, in words, instead of failing inside the HTTP client. A control character anywhere (a newline from
+        ``OLLAMA_HOST=$(cat file)``) is refused first: ``urlsplit`` drops tabs and newlines without a word."""
         from urllib.parse import urlsplit
 
+        bad = next((c for c in value if ord(c) < 32 or ord(c) == 127), None)
+        if bad is not None:
+            raise ValueError(f"not a host[:port] or URL: it holds the control character {bad!r}")
         try:
             parts = urlsplit(ollama_url(value))
             parts.port  # noqa: B018 - raises ValueError for a port that is not a number in range

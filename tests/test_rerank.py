@@ -18,6 +18,7 @@ import pytest
 from rag_papers import RagPapersError, cli, model_files, rerank
 from rag_papers.config import Settings
 from rag_papers.index import Index
+from rag_papers.judge import Question
 from rag_papers.retrieve import Filters, Retriever, SearchResult
 
 QUERY = "graph neural networks for molecules"
@@ -205,3 +206,28 @@ def test_a_hub_name_in_the_model_cache_is_used_offline(seeded: Settings, cross_e
     passages = ["Graph networks predict molecular properties.", "A recipe for boiled eggs."]
     want = [float(x) for x in reference.predict([(QUERY, p) for p in passages], show_progress_bar=False)]
     assert found.score(QUERY, passages) == pytest.approx(want, abs=1e-5)
+
+
+def test_a_reranker_judges_which_abstracts_address_the_question(seeded: Settings, cross_encoder: Path) -> None:
+    """``judge = reranker``: the cross-encoder's own score of each paper against ``judge_rerank_floor`` decides which
+    papers the answer reads, and none passing is a refusal, as with the LLM judge."""
+    from conftest import FakeBackend
+
+    from rag_papers.chat import Engine
+
+    base = seeded.model_copy(update={"reranker": str(cross_encoder), "judge": "reranker", "source_min_ratio": 0.0})
+    engine = Engine(base)
+    fake = FakeBackend(reply="It decouples the update [1].")
+    result = engine.retrieve(Question.parse(QUERY))
+    scores = sorted(h.rerank_score for h in result.results if h.rerank_score is not None)
+    middle = (scores[len(scores) // 2 - 1] + scores[len(scores) // 2]) / 2
+    engine.settings.judge_rerank_floor = middle
+    some = engine.ask(QUERY, fake).run()
+    kept = [v["id"] for v in some.judged if v["addresses"] == "yes"]
+    assert some.judge.startswith("reranker") and all(v["by"] == "reranker" for v in some.judged)
+    assert kept and len(kept) < len(some.judged) and [s.id for s in some.sources] == kept
+    engine.settings.judge_rerank_floor = scores[-1] + 1.0
+    none = engine.ask(QUERY, fake).run()
+    assert none.refused and "reranker judge found that none" in (none.notice or "")
+    with pytest.raises(RagPapersError, match="judge = reranker needs a cross-encoder"):
+        Engine(seeded.model_copy(update={"judge": "reranker"})).ask(QUERY, fake)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rag_papers import RagPapersError
 from rag_papers.judge.base import Judge, Verdict
 from rag_papers.judge.question import Question
 
@@ -41,6 +42,10 @@ def pick_judge(
     auto_rules = wanted == "auto" and (backend.demo or backend.name not in MODEL_JUDGES)
     if backend.extractive or wanted == "rules" or auto_rules:
         return rules
-    from rag_papers.judge.model import LLMJudge
+    from rag_papers.judge.model import LLMJudge, RerankJudge
 
+    if wanted == "reranker":
+        if not settings.reranker:
+            raise RagPapersError("judge = reranker needs a cross-encoder: set reranker (a model folder or hub name)")
+        return RerankJudge(rules)
     return LLMJudge(backend, rules)

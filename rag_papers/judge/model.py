@@ -90,18 +90,21 @@ def _key(backend: Backend, q: Question, paper: Paper) -> tuple[str, ...]:
     return (backend.name, backend.model or "", " ".join(q.text.split()), paper.id, digest)
 
 
-class LLMJudge:
-    """The configured LLM as the judge, with the rules behind it for what it cannot judge."""
+class ModelJudge:
+    """A model's verdict on each candidate paper (``_verdicts``), with the rules behind it: the refusals retrieval
+    decides first, the papers to judge, and a verdict for each paper the model could not judge."""
 
-    def __init__(self, backend: Backend, rules: RuleJudge) -> None:
-        self.backend = backend
+    def __init__(self, rules: RuleJudge) -> None:
         self.rules = rules
         self.settings = rules.settings
         self.phase = ""  # "judging N abstracts" once it asks the model (a judge serves one answer)
 
     @property
     def name(self) -> str:
-        return f"llm ({self.backend.model or self.backend.name})"
+        raise NotImplementedError
+
+    def _verdicts(self, q: Question, used: list[tuple[Hit, Paper]]) -> tuple[list[PaperVerdict], list[str]]:
+        raise NotImplementedError
 
     def judge(self, question: Question, candidates_: SearchResult) -> Verdict:
         early = self.rules.before_reading(question, candidates_)
@@ -112,7 +115,58 @@ class LLMJudge:
         if not used:
             return self.rules.read(question, candidates_)
         papers, notes = self._verdicts(question, used)
-        return self._decide(question, candidates_, used, papers, notes)
+        return self._decide(question, used, papers, notes)
+
+    # ------------------------------------------------------------------ deciding
+    def _decide(
+        self, q: Question, used: list[tuple[Hit, Paper]], papers: list[PaperVerdict], notes: list[str]
+    ) -> Verdict:
+        kept = [(n, h, p) for n, ((h, p), v) in enumerate(zip(used, papers), 1) if v.addresses != "no"]
+        if not kept:
+            return Verdict(
+                self.name,
+                refused=True,
+                kind="judged",
+                reason=f"the {self.kind} judge found that none of the {len(used)} abstracts addresses the question",
+                papers=papers,
+                uncovered=list(dict.fromkeys(m for v in papers for m in v.uncovered))[:3],
+                notes=notes,
+            )
+        # Names and facets the kept papers leave out, by the rules (a name no abstract has is said whatever the
+        # model thinks), and what the model says they leave out when none answers the whole question.
+        s = self.settings
+        analysis = analyse(q, [(p.title, p.abstract) for _, _, p in kept], None, self.rules.names_df, rules=s.coverage)
+        analysis.evidence = [ev for ev in analysis.evidence if ev.aspect.kind != DESCRIPTION]
+        coverage = decide(analysis, list(range(1, len(kept) + 1)))
+        verdicts = {v.id: v for v in papers}
+        if not any(verdicts[p.id].addresses == "yes" for _, _, p in kept):
+            best = max((verdicts[p.id] for _, _, p in kept), key=lambda v: v.score)
+            for missing in best.uncovered or ["part of the question"]:
+                coverage.aspects.append(Aspect(missing, FACET))
+        return Verdict(
+            self.name,
+            caveat=coverage.line(),
+            uncovered=[a.text for a in coverage.uncovered],
+            read=[h.id for _, h, _ in kept],
+            papers=papers,
+            notes=notes,
+        )
+
+    kind = "model"
+
+
+class LLMJudge(ModelJudge):
+    """The configured LLM as the judge, with the rules behind it for what it cannot judge."""
+
+    kind = "LLM"
+
+    def __init__(self, backend: Backend, rules: RuleJudge) -> None:
+        super().__init__(rules)
+        self.backend = backend
+
+    @property
+    def name(self) -> str:
+        return f"llm ({self.backend.model or self.backend.name})"
 
     # ------------------------------------------------------------------ asking the model
     def _verdicts(self, q: Question, used: list[tuple[Hit, Paper]]) -> tuple[list[PaperVerdict], list[str]]:
@@ -185,42 +239,31 @@ class LLMJudge:
             return {}, "refused to judge"
         return out, "gave no verdict"
 
-    # ------------------------------------------------------------------ deciding
-    def _decide(
-        self,
-        q: Question,
-        result: SearchResult,
-        used: list[tuple[Hit, Paper]],
-        papers: list[PaperVerdict],
-        notes: list[str],
-    ) -> Verdict:
-        kept = [(n, h, p) for n, ((h, p), v) in enumerate(zip(used, papers), 1) if v.addresses != "no"]
-        if not kept:
-            return Verdict(
-                self.name,
-                refused=True,
-                kind="judged",
-                reason=f"the LLM judge found that none of the {len(used)} abstracts addresses the question",
-                papers=papers,
-                uncovered=list(dict.fromkeys(m for v in papers for m in v.uncovered))[:3],
-                notes=notes,
-            )
-        # Names and facets the kept papers leave out, by the rules (a name no abstract has is said whatever the
-        # model thinks), and what the model says they leave out when none answers the whole question.
+
+class RerankJudge(ModelJudge):
+    """The cross-encoder of the ``reranker`` setting as the judge: a paper addresses the question when the model scores
+    (question, title and abstract) at least ``judge_rerank_floor`` (default ``min_rerank``, else 0). Its scores are
+    retrieval's own (``Hit.rerank_score``); a paper it did not rescore is judged by the rules."""
+
+    kind = "reranker"
+
+    @property
+    def name(self) -> str:
+        return f"reranker ({self.settings.reranker})"
+
+    def _verdicts(self, q: Question, used: list[tuple[Hit, Paper]]) -> tuple[list[PaperVerdict], list[str]]:
         s = self.settings
-        analysis = analyse(q, [(p.title, p.abstract) for _, _, p in kept], None, self.rules.names_df, rules=s.coverage)
-        analysis.evidence = [ev for ev in analysis.evidence if ev.aspect.kind != DESCRIPTION]
-        coverage = decide(analysis, list(range(1, len(kept) + 1)))
-        verdicts = {v.id: v for v in papers}
-        if not any(verdicts[p.id].addresses == "yes" for _, _, p in kept):
-            best = max((verdicts[p.id] for _, _, p in kept), key=lambda v: v.score)
-            for missing in best.uncovered or ["part of the question"]:
-                coverage.aspects.append(Aspect(missing, FACET))
-        return Verdict(
-            self.name,
-            caveat=coverage.line(),
-            uncovered=[a.text for a in coverage.uncovered],
-            read=[h.id for _, h, _ in kept],
-            papers=papers,
-            notes=notes,
+        floor = s.judge_rerank_floor if s.judge_rerank_floor is not None else (s.min_rerank or 0.0)
+        out: list[PaperVerdict] = []
+        missed = 0
+        for hit, paper in used:
+            if hit.rerank_score is None:
+                missed += 1
+                out.append(self.rules.paper_verdict(q, hit, paper))
+                continue
+            addresses: Addresses = "yes" if hit.rerank_score >= floor else "no"
+            out.append(PaperVerdict(paper.id, addresses, round(hit.rerank_score, 4), [], [], "reranker"))
+        notes = (
+            [f"the reranker did not score {missed} of {len(used)} abstracts: the rules judged them"] if missed else []
         )
+        return out, notes
