@@ -84,7 +84,6 @@ def default_config_file() -> Path:
 # The rule judge's rules, by name, each of which ``coverage.off`` can switch off (eval/ablation.py measures what each
 # buys): see docs/design-notes.md ("The rulebook") for what each does.
 RuleName = Literal[
-    "unknown-names",  # a loose match whose every name no indexed abstract has is refused
     "only-facet",  # "which papers link their code?": a paper stating it is relevant, however far its topic
     "names",  # a name no source has is said missing
     "name-versions",  # "Qwen" is in "Qwen2.5" (a name found in a version of it)
@@ -92,8 +91,6 @@ RuleName = Literal[
     "acronym-kinds",  # "GNNs" found in an abstract defining "(TGNN)"
     "rough-figures",  # "about 16x" found as 16.8x
     "name-phrases",  # a name of capitalised words found only as a phrase
-    "descriptions",  # a technical description no abstract has a word of is said missing
-    "either",  # "X or Y" asked: either covers it
     "head",  # "what regret bound does LAMIR achieve?": the head ("regret bound") must be in LAMIR's abstract
     "asked-about",  # a facet asked of a named paper is answered by that paper only
     "limitations",  # each facet asked for, stated by a sentence as asked (the facet names of cues.toml)
@@ -113,7 +110,6 @@ RuleName = Literal[
     "figure-focus",  # a figure asked of something, stated beside it
     "named-sources",  # a paper the question names is quoted, however close its sentence
     "facet-first",  # the sentence stating the facet asked for is quoted first
-    "closest-only",  # a list on what no abstract is about is only the closest few
 ]
 # The facets' own rule names (``RuleName``), by the facet ``cues.toml`` calls them.
 FACET_RULES: dict[str, str] = {
@@ -149,28 +145,6 @@ class CoverageSettings(BaseModel):
     )
     word_share: float = Field(
         default=0.5, ge=0, le=1, description="...or by a paper whose title and abstract have this share of its words."
-    )
-    refuse_below: float = Field(
-        default=0.0,
-        ge=0,
-        le=1,
-        description="The central aspect unaddressed and no quoted sentence this close to the question: refused "
-        "(0: never; retrieval's floor refuses what nothing is close to).",
-    )
-    technical_zipf: float = Field(
-        default=2.0,
-        ge=0,
-        le=8,
-        description="Only a technical description can be missing: one with a word this rare in English (wordfreq "
-        "Zipf; 2 is once per 100 million words)...",
-    )
-    compound_zipf: float = Field(
-        default=3.5, ge=0, le=8, description='...or of several words this rare on average ("noisy labels").'
-    )
-    describe_absent_only: bool = Field(
-        default=True,
-        description="A description is said missing only when no indexed abstract has any of its words (a wrong "
-        '"the abstracts don\'t mention" misleads more than a missing one).',
     )
     question_zipf: float = Field(
         default=4.2,
@@ -253,13 +227,6 @@ class CoverageSettings(BaseModel):
         le=8,
         description='An acronym\'s letter may stand for the second word of a compound ("autoencoder"), each part '
         "at least this common in English.",
-    )
-    split_word_zipf: float = Field(
-        default=3.0,
-        ge=0,
-        le=8,
-        description='A description\'s word may be spelt as two ("timesteps", "time steps"), each at least this '
-        "common in English.",
     )
     object_window: int = Field(
         default=40,
@@ -558,7 +525,25 @@ class Settings(BaseSettings):
         description="Seconds between two requests to one API; default none: each API's policy (arXiv 3, OpenReview "
         "0.5, OpenAlex 0.1). Lower it only for a mirror or a local stand-in.",
     )
-    fetch_timeout: float = Field(default=60.0, gt=0, description="Seconds a fetch waits for one response.")
+    fetch_timeout: float = Field(default=60.0, gt=0, description="Seconds one read of a fetch's answer may wait.")
+    fetch_max_mb: float = Field(
+        default=256.0,
+        gt=0,
+        description="Megabytes one answer of an API may have in `fetch`: a bigger one (a body that never ends) is cut "
+        "there, in one line naming the host. Far above any real page.",
+    )
+    fetch_deadline: float = Field(
+        default=300.0,
+        gt=0,
+        description="Seconds one `fetch` request may take in all, however slowly the server sends (fetch_timeout "
+        "bounds each read of the socket, not the request).",
+    )
+    trusted_proxies: list[str] = Field(
+        default_factory=list,
+        description="Addresses or networks (CIDR) of the reverse proxies in front of `chat`: only a request from one "
+        "of these has its X-Forwarded-For or Forwarded address believed, for the login's delay. Default none: the "
+        "address is the connection's own, whatever a header says.",
+    )
 
     @field_validator("arxiv_url", "openalex_url", "openreview_url")
     @classmethod

@@ -13,12 +13,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import FakeBackend, run_main
+from conftest import run_main
 from test_integrity import abba_id
 
 from rag_papers.chat import ChatSession, Engine, usable_rewrite
 from rag_papers.config import CoverageSettings, Settings
-from rag_papers.judge.aspects import analyse, decide, name_found, states_facet, technical
+from rag_papers.judge.aspects import analyse, decide, name_found, states_facet
 from rag_papers.judge.question import asked_facet, comparison_sides, scope_asked, split_question
 from rag_papers.judge.words import (
     BEST,
@@ -359,13 +359,14 @@ def test_a_contrasted_clause_is_no_scope(engine: Engine) -> None:
     )
 
 
-@pytest.mark.parametrize(
-    ("phrase", "is_technical"),
-    [("speculative decoding", True), ("orthogonalize", True), ("tidies", False), ("shakier", False)],
-)
-def test_a_rare_form_of_an_everyday_word_is_not_technical(phrase: str, is_technical: bool) -> None:
-    """Read rounds 12 and 13: "The abstracts don't mention tidies" (Zipf 1.6; "tidy" is 3.5), "shakier"."""
-    assert technical(phrase, CoverageSettings()) is is_technical
+@pytest.mark.parametrize(("phrase", "rare"), [("orthogonalize", True), ("tidies", False), ("shakier", False)])
+def test_a_rare_form_of_an_everyday_word_counts_as_everyday(phrase: str, rare: bool) -> None:
+    """Read rounds 12 and 13: "tidies" (Zipf 1.6) and "shakier" are inflections of everyday words ("tidy" is 3.5):
+    how technical a question's words are (``coverage.question_zipf``) reads each at its commonest form."""
+    from rag_papers.judge.question import question_zipf
+
+    z = question_zipf(phrase)
+    assert z is not None and (z < 2.0) is rare, z
 
 
 def test_a_comparison_has_two_sides_only_when_two_things_are_named() -> None:
@@ -524,14 +525,14 @@ def test_validation_scope_and_names_asked_in_other_words(question: str, facet: s
     assert asked_facet(question) == facet
 
 
-def test_either_of_two_alternatives_covers_the_pair() -> None:
-    """Read round 23: "Which papers try to explain, theoretically or mechanistically, how transformers learn tasks in
-    context?" said "The abstracts don't mention mechanistically" of a theory paper."""
+def test_descriptions_are_never_said_missing_whatever_the_alternatives() -> None:
+    """Issue 46: a description no abstract covers was said missing ("The abstracts don't mention mechanistically");
+    on the read questions that rule flagged 15 near-misses and caveated 44 answerable questions
+    (eval/results/ablation.md), so it went, and with it the rule that covered "X or Y" by either."""
     q = "Which papers try to explain, theoretically or mechanistically, how transformers learn tasks in context?"
     theory = ("ICL theory", "We theoretically show that transformers learn tasks in context by Bayesian averaging.")
-    assert decide(analyse(q, [theory], None, lambda w: 0 if w == "mechanistically" else 3), [1]).uncovered == []
-    both = q.replace(" or ", " and ")  # both asked: each must be covered
-    assert decide(analyse(both, [theory], None, lambda w: 0 if w == "mechanistically" else 3), [1]).uncovered
+    for asked in (q, q.replace(" or ", " and ")):
+        assert decide(analyse(asked, [theory], None, lambda w: 0 if w == "mechanistically" else 3), [1]).uncovered == []
 
 
 def test_code_asked_of_papers_on_a_topic_lists_only_papers_on_it(engine: Engine) -> None:
@@ -807,24 +808,21 @@ def test_names_no_abstract_contains_are_said_first(engine: Engine) -> None:
         assert ans.answer.startswith("No indexed abstract mentions DoRA or GLUE")
 
 
-def test_a_loose_match_on_names_no_abstract_has_is_refused(engine: Engine) -> None:
-    """Read rounds 1 to 24: "what is a good strategy for winning at Monopoly?" and "learn a new language like
-    Portuguese" passed the floor on their everyday words, only loosely, and were answered with the closest papers
-    under the caveat. A loose match whose every name is in no indexed abstract is refused, and says why first; a
-    question with a name some abstract has ("LoRA") is anchored in the corpus and still answered."""
+def test_a_loose_match_on_names_no_abstract_has_says_both_first(engine: Engine) -> None:
+    """Read rounds 1 to 24: "what is a good strategy for winning at Monopoly?" passed the floor on its everyday words,
+    only loosely. It was refused when its every name is in no indexed abstract; on the read questions that refusal
+    flagged no near-miss the loose line did not already flag, and refused 2 answerable questions
+    (eval/results/ablation.md), so such a question is answered under the line that says both."""
     s = engine.settings
     q = "How do I get better at chess openings like the Sicilian Defence?"
     result = engine.search(q)
     assert result.relevant and result.relevance < s.coverage.loose_match, result.relevance
     ans = engine.ask(q, ExtractiveBackend(s)).run()
-    assert ans.refused and ans.citations == [] and ans.uncovered == ["Sicilian Defence", LOOSE_MATCH], ans.uncovered
+    assert not ans.refused and ans.uncovered == ["Sicilian Defence", LOOSE_MATCH], ans.uncovered
     assert ans.answer.startswith(
-        "No indexed abstract mentions Sicilian Defence, and the abstracts match the question only loosely. "
+        "No indexed abstract mentions Sicilian Defence, and the abstracts match the question only loosely"
     ), ans.answer
-    # Any backend: decided before a model is asked.
-    fake = FakeBackend()
-    assert engine.ask(q, fake).run().refused and fake.calls == []
-    # One name the abstracts have: answered, with the unknown one said first (loose by relevance alone here).
+    # One name the abstracts have: answered the same way, the unknown one said first.
     by_relevance = Engine(with_coverage(s, loose_sentence=0.0), engine.index)
     anchored = by_relevance.ask("Does the LoRA alternative with the Hadamard product beat QLoRA?", ExtractiveBackend(s))
     kept = anchored.run()
@@ -932,17 +930,17 @@ def test_a_training_detail_is_stated_only_by_the_part_asked() -> None:
     assert memory("It cuts the memory footprint by half.") and not memory("It trains 3 times faster.")
 
 
-def test_a_paraphrased_description_is_never_said_missing_when_its_words_are_indexed(engine: Engine) -> None:
-    """A description is named missing only when no indexed abstract has any of its words (and it is technical):
-    a paraphrase of an abstract, in other words than the abstract's own, gets no line; a technical term the
-    whole index lacks ("speculative decoding") does."""
+def test_a_description_is_never_said_missing_a_name_still_is(engine: Engine) -> None:
+    """A paraphrase of an abstract in other words gets no line, nor does a technical term the whole index lacks
+    ("speculative decoding": the description rule went, eval/results/ablation.md); a name no abstract has does."""
     extractive = ExtractiveBackend(engine.settings)
-    # A blind paraphrase from eval/qa.jsonl's dev part; before the gate its "chatbots adjust" was said missing.
     q = "one answer does not fit all: testing whether chatbots adjust how they explain things to each individual's "
     para = engine.ask(q + "background", extractive).run()
     assert not para.refused and para.uncovered == [], para.uncovered
     term = engine.ask("which papers use speculative decoding to speed up LLM inference?", extractive).run()
-    assert "speculative decoding" in term.uncovered
+    assert "speculative decoding" not in term.uncovered
+    named = engine.ask("which papers evaluate their method on GLUE?", extractive).run()
+    assert "GLUE" in named.uncovered or named.refused
 
 
 @pytest.mark.parametrize(
@@ -1100,8 +1098,8 @@ def test_an_llm_answer_says_what_the_abstracts_leave_out(engine: Engine) -> None
     the caveat the CLI and the UI show) and is taken out of the answer, so it is no claim."""
     from ollama_stub import OllamaStub
 
-    from rag_papers.prompting import load_prompt
     from rag_papers.llm import OllamaBackend
+    from rag_papers.prompting import load_prompt
 
     reply = "ABBA reparameterizes the update as a Hadamard product [1].\nNot in the abstracts: training cost."
     with OllamaStub(models=["llama3.2:3b"], reply=reply) as stub:

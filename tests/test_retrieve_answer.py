@@ -534,9 +534,9 @@ WEATHER_Q = "Which papers do global weather forecasting with neural operators li
 def test_a_question_whose_specific_words_no_quoted_abstract_has_gets_a_caveat_first(engine: Engine) -> None:
     """The closest papers are quoted, said to be only that, and the missing words are named as the user wrote them
     (not as stems). No seeds abstract is about weather forecasting: matched only loosely, and on no name the
-    abstracts have, that question is refused, with the same first line (it was quoted under the caveat)."""
+    abstracts have, that question gets both said first (it was refused until issue 46's ablation)."""
     weather = engine.ask(WEATHER_Q, ExtractiveBackend()).run()
-    assert weather.refused and weather.uncovered[:1] == ["FourCastNet"], weather.uncovered
+    assert not weather.refused and weather.uncovered[:1] == ["FourCastNet"], weather.uncovered
     assert weather.answer.startswith("No indexed abstract mentions FourCastNet, and the abstracts match")
     answer = engine.ask(FOURCAST_Q, ExtractiveBackend()).run()
     assert answer.refused is False and answer.citations
@@ -548,16 +548,14 @@ def test_a_question_whose_specific_words_no_quoted_abstract_has_gets_a_caveat_fi
     assert engine.ask(DLLM_Q, ExtractiveBackend()).run().caveat is None
 
 
-def test_the_reported_speculative_decoding_question_is_answered_with_a_caveat_naming_what_is_missing(
-    engine: Engine,
-) -> None:
+def test_the_reported_speculative_decoding_question_quotes_the_closest_paper(engine: Engine) -> None:
     """Reported (issue 15): asked about speculative decoding with a draft model, which no abstract covers, the
-    answer quoted the closest paper with no caveat. The closest paper is still quoted, said to be only that."""
+    answer quoted the closest paper. It still does; the line naming "speculative decoding" missing went with the
+    description rule (issue 46: it caveated more answerable questions than it flagged near-misses on the read
+    rounds, eval/results/ablation.md). The LLM judge is what reads such a question against the abstract."""
     answer = engine.ask(DRAFT_Q, ExtractiveBackend()).run()
     assert answer.refused is False and answer.citations[0] == seed_id("we propose ES-dLLM")
-    assert answer.caveat is not None and answer.answer.startswith(answer.caveat)
-    assert "speculative decoding" in answer.caveat and "speculative decoding" in answer.uncovered
-    # What the abstracts do say is not caveated: ES-dLLM is about faster diffusion language models.
+    assert "speculative decoding" not in answer.uncovered
     assert engine.ask(DLLM_Q, ExtractiveBackend()).run().caveat is None
 
 

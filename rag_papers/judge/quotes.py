@@ -16,6 +16,7 @@ from rag_papers.corpus import Paper, plain_text, quotable_sentences
 from rag_papers.judge import words
 from rag_papers.judge.aspects import (
     Analysis,
+    Aspect,
     Coverage,
     addresses,
     analyse,
@@ -24,7 +25,7 @@ from rag_papers.judge.aspects import (
     name_found,
     topic_text,
 )
-from rag_papers.judge.words import CODE, LISTED_BY_FACET, NAME
+from rag_papers.judge.words import CODE, DESCRIPTION, LISTED_BY_FACET, NAME
 from rag_papers.keyword import paper_text
 
 if TYPE_CHECKING:
@@ -141,7 +142,6 @@ def plan_quotes(
     analysis: Analysis,
     rules: QuotingSettings,
     above_floor: Sequence[str] | None = None,
-    closest_only: bool = False,
 ) -> QuotePlan:
     """Which sentences to quote, what of the question they leave unaddressed, and whether to refuse.
 
@@ -157,12 +157,10 @@ def plan_quotes(
     - a question about limitations, data or results quotes a sentence that states it, where a
       quoted paper has one (else the coverage line says the abstracts don't).
 
-    Nothing matching at all is a refusal, and so is a question whose central aspect (its rarest
-    name, else its main description) the quoted papers do not address while nothing is close.
-    Within a paper, the prior breaks near ties towards what the paper does or finds.
+    Nothing matching at all is a refusal. Within a paper, the prior breaks near ties towards what the paper does or finds.
     """
     listing = analysis.q.listing
-    every = listing and not closest_only  # a list of every paper above the floor, not only the closest few
+    every = listing  # a list of every paper above the floor, not only the closest few
     coverage_rules = analysis.rules
     if not used or not cands:
         return QuotePlan([], listing, refused=True)
@@ -211,20 +209,7 @@ def plan_quotes(
         lines.extend((n, c.text) for c in sorted(take, key=lambda c: order[c.text]))
         quoted.append(n)
     coverage = decide(analysis, quoted)
-    if (
-        every
-        and coverage.central is not None
-        and not coverage.central.covered
-        and "closest-only" not in coverage_rules.off
-    ):
-        # A list of papers on what no abstract is about is only the closest few (as for any question),
-        # not every paper above the floor that shares a word with it.
-        return plan_quotes(used, cands, analysis, rules, above_floor, closest_only=True)
     coverage.listing = listing
-    closest = max((c.cos for c in cands if (c.n, c.text) in set(lines)), default=0.0)
-    central = coverage.central
-    if central is not None and not central.covered and closest < coverage_rules.refuse_below:
-        return QuotePlan([], listing, coverage, refused=True)
     return QuotePlan(lines, listing, coverage)
 
 
@@ -250,11 +235,14 @@ def _listed_by_facet(cands: list[Candidate], analysis: Analysis) -> QuotePlan | 
     on_topic = [n for n in sorted(stated) if all(n in ns for ns in addressed.values())]
     quoted = on_topic or sorted(stated)
     coverage = decide(analysis, quoted)
-    if not on_topic:
-        missing = {text for text, ns in addressed.items() if not ns}
-        for a in coverage.aspects:
-            if a.text in missing:
-                a.covered, a.text = False, topic_text(a.text, analysis.facet)
+    if not on_topic:  # the topic asked with the facet, which no paper stating it addresses, is said missing
+        missing = [text for text, ns in addressed.items() if not ns]
+        shown = {a.text: a for a in coverage.aspects}
+        for text in missing:
+            if text in shown:
+                shown[text].covered, shown[text].text = False, topic_text(text, analysis.facet)
+            else:
+                coverage.aspects.append(Aspect(topic_text(text, analysis.facet), DESCRIPTION))
     coverage.listing = True
     return QuotePlan([(n, stated[n]) for n in quoted], True, coverage, by_facet=True)
 

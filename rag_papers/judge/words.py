@@ -232,26 +232,9 @@ def _content(text: str) -> set[str]:
     return {t for t in keyword_tokens(text) if t not in _boiler_stems()}
 
 
-@lru_cache(maxsize=4096)
-def zipfs(phrase: str) -> tuple[float, ...]:
-    """How common each content word of ``phrase`` is in English, on wordfreq's Zipf scale (0: unknown,
-    3: once per million words, 7: "the").
-
-    Why wordfreq: it ships its frequency tables (no network), and a corpus of a few dozen abstracts
-    cannot tell a technical word from an everyday one by its own counts.
-    """
-    from wordfreq import zipf_frequency
-
-    return tuple(zipf_frequency(w, "en") for w in _content_words(phrase))
-
-
-def _content_words(phrase: str) -> list[str]:
-    """The words ``zipfs`` scores, in its order."""
-    return [w for w in re.findall(r"[^\W\d_]+", phrase.lower()) if not _is_boiler(w)]
-
-
 # (ending, what replaces it), tried in this order
 _INFLECTIONS = [("iest", "y"), ("ies", "y"), ("ier", "y"), ("ing", ""), ("ing", "e"), ("est", ""), ("es", "")]
+_INFLECTIONS += [("ed", ""), ("ed", "e"), ("er", ""), ("s", "")]
 
 
 @lru_cache(maxsize=4096)
