@@ -763,8 +763,19 @@ def _print_unsupported(answer: Any) -> None:
 
 def cmd_papers(args: argparse.Namespace) -> int:
     from rag_papers.index import Index
+    from rag_papers.vectors import NEARLY_FULL, free_bytes, mb
 
-    index = _opened(Index(settings_from(args)))
+    settings = settings_from(args)
+    index = _opened(Index(settings))
+    free = free_bytes(settings.home)
+    if free < NEARLY_FULL:  # the list needs no space, so it is given; the commands that do would stop
+        print(
+            _safe(
+                f"rag-papers: no space left on the device holding {settings.home} ({mb(free)} free): the list is "
+                "complete, but ingest, search and ask need some; free some space and run the command again"
+            ),
+            file=sys.stderr,
+        )
     if args.format:
         from rag_papers.references import export_references
 

@@ -6,6 +6,11 @@ Each source is asked the way its own client asks it (arxiv.py for arXiv's Atom A
 rag-papers, one request at a time spaced by the API's policy, and retries with exponential backoff on 429, 5xx
 and dropped connections (a server's Retry-After wins).
 
+And guarded against a server that misbehaves: an answer is read in pieces up to ``fetch_max_mb`` (an endless
+body once took 3 GB in 5 s), each request has a wall-clock deadline, ``fetch_deadline`` (``fetch_timeout`` bounds
+one socket read, so a server dripping a byte a second never tripped it), and a JSON answer nested deeper than
+``MAX_JSON_DEPTH`` is refused. Each is one line naming the host and the limit; the pages before it stay resumable.
+
 A fetch is resumable. Records go to ``OUT.part`` one whole page at a time, each page followed by a small state
 file (``OUT.fetch-state``: where the next page starts, how many bytes of ``OUT.part`` are complete). A fetch
 killed at any point and run again with the same arguments cuts ``OUT.part`` back to the last complete page and
@@ -24,6 +29,7 @@ import os
 import re
 import socket
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -37,6 +43,7 @@ from xml.etree import ElementTree
 
 from rag_papers import RagPapersError, __version__
 from rag_papers.config import Settings
+from rag_papers.corpus.files import MAX_JSON_DEPTH, JsonTooDeep, loads_json
 
 USER_AGENT = f"rag-papers/{__version__} (research-paper abstracts Q&A; Python-urllib/{sys.version_info[0]}.{sys.version_info[1]})"
 MAX_BACKOFF = 60.0  # seconds: the longest wait between two retries of our own choosing
@@ -46,6 +53,12 @@ MAX_RETRY_AFTER = 600.0  # seconds: a server asking for longer is reported, not 
 CONNECTION_RETRIES = 2
 STATE_VERSION = 1
 SOURCES = ("arxiv", "openreview", "openalex")
+# The limits' defaults (the settings fetch_max_mb and fetch_deadline), above any real page: at the fixtures' 2.5 KB
+# a record, 1,000 OpenReview notes or 2,000 arXiv entries are 3 to 5 MB; the extreme is an OpenAlex page of 200
+# works with authorships like ATLAS's (1 MB each, tests/fixtures/openalex-work-atlas.jsonl), 200 MB. Low enough
+# that a server sending without end costs a few hundred MB and a few minutes, not the machine.
+READ_CHUNK = 64 * 1024  # bytes read at a time: the size cap is checked between reads
+MB = 1024 * 1024
 
 
 class FetchError(RagPapersError):
@@ -53,14 +66,95 @@ class FetchError(RagPapersError):
 
 
 # --------------------------------------------------------------------------- HTTP
+class _Watchdog:
+    """A request's wall-clock deadline: when it passes, the request's socket is shut down, which wakes a read
+    blocked on a server that sends a byte at a time (a socket timeout never fires for it)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.expired = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+
+    def start(self) -> None:
+        self._timer.start()
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+    def watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sockets.append(sock)
+            if self.expired:
+                _shut(sock)
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            for sock in self._sockets:
+                _shut(sock)
+
+
+def _shut(sock: socket.socket) -> None:
+    try:
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)  # the fd's own shutdown, never a TLS layer's, from a thread
+    except OSError:
+        pass  # already closed
+
+
+class _WatchedHandler(urllib.request.HTTPHandler, urllib.request.HTTPSHandler):
+    """urllib's HTTP and HTTPS handlers, each connection's socket handed to the current request's watchdog the
+    moment it is made (before a TLS handshake, which a slow server could drip too)."""
+
+    def __init__(self, owner: Http) -> None:
+        urllib.request.HTTPHandler.__init__(self)
+        urllib.request.HTTPSHandler.__init__(self)
+        self.owner = owner
+
+    def _connection(self, cls: type[http.client.HTTPConnection]) -> Callable[..., http.client.HTTPConnection]:
+        watchdog = self.owner.watchdog
+
+        def make(host: str, **kwargs: Any) -> http.client.HTTPConnection:
+            conn = cls(host, **kwargs)
+            create = conn._create_connection  # type: ignore[attr-defined]
+
+            def create_watched(*args: Any, **kw: Any) -> socket.socket:
+                sock: socket.socket = create(*args, **kw)
+                if watchdog is not None:
+                    watchdog.watch(sock)
+                return sock
+
+            conn._create_connection = create_watched  # type: ignore[attr-defined]
+            return conn
+
+        return make
+
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(self._connection(http.client.HTTPConnection), req)
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(self._connection(http.client.HTTPSConnection), req)  # the default, verifying context
+
+
+class _TooBig(Exception):
+    """The answer passed ``fetch_max_mb``."""
+
+
 class Http:
-    """GET with the politeness rules: one request at a time, at least ``interval`` seconds apart, retried."""
+    """GET with the politeness rules: one request at a time, at least ``interval`` seconds apart, retried;
+    each answer read up to ``fetch_max_mb`` and within ``fetch_deadline``."""
 
     def __init__(self, settings: Settings, interval: float, accept: str) -> None:
         self.settings = settings
         self.interval = settings.fetch_interval if settings.fetch_interval is not None else interval
         self.accept = accept
         self.requests = 0
+        self.max_mb = settings.fetch_max_mb
+        self.deadline = settings.fetch_deadline
+        self.watchdog: _Watchdog | None = None  # the request under way's
+        self._opener = urllib.request.build_opener(_WatchedHandler(self))
         self._last = 0.0  # monotonic time of the last request's end
         self.sleep: Callable[[float], None] = time.sleep
 
@@ -69,40 +163,84 @@ class Http:
         if self._last and wait > 0:
             self.sleep(wait)
 
+    def _read(self, request: urllib.request.Request) -> bytes:
+        """One answer's body, read a piece at a time so that no more than ``fetch_max_mb`` is ever held."""
+        cap = int(self.max_mb * MB)
+        with self._opener.open(request, timeout=self.settings.fetch_timeout) as response:
+            length = (response.headers.get("Content-Length") or "").strip()
+            if length.isdigit() and int(length) > cap:
+                raise _TooBig
+            encoding = (response.headers.get("Content-Encoding") or "identity").strip().lower()
+            if encoding != "identity":  # never asked for (no Accept-Encoding), so never decoded: a gzip bomb stays
+                host = urlsplit(request.full_url).netloc  # half a MB of noise
+                raise FetchError(f"{host} sent its answer in Content-Encoding {encoding[:40]}, which was not asked for")
+            body = bytearray()
+            while chunk := response.read(READ_CHUNK):
+                body += chunk
+                if len(body) > cap:
+                    raise _TooBig
+        return bytes(body)
+
     def get(self, url: str) -> bytes:
         """The body of a 200 answer to ``url``; a ``FetchError`` (one line) once retries are spent."""
         host = urlsplit(url).netloc
         retries = self.settings.fetch_retries
         connection_failures = 0
+        late = FetchError(
+            f"{host} took longer than {self.deadline:g} s to answer one request (the fetch_deadline limit)"
+        )
         for attempt in range(retries + 1):
             self._wait_turn()
             request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT, "Accept": self.accept})
             retry_after: float | None = None
             connection = True  # a refused, dropped or timed-out connection; False: an HTTP answer to retry
+            silent = False  # the server was reached, then sent nothing for fetch_timeout
+            watchdog = self.watchdog = _Watchdog(self.deadline)
+            watchdog.start()
             try:
                 self.requests += 1
-                with urllib.request.urlopen(request, timeout=self.settings.fetch_timeout) as response:
-                    body: bytes = response.read()
+                body = self._read(request)
+                if watchdog.expired:  # the socket was shut under a read that then saw an early end
+                    raise late
                 return body
+            except _TooBig:
+                raise FetchError(
+                    f"{host} sent more than {self.max_mb:g} MB in one answer (the fetch_max_mb limit); stopped "
+                    "reading it: no page of the API is that large"
+                ) from None
             except urllib.error.HTTPError as exc:
                 detail = _error_detail(exc)
+                if watchdog.expired:
+                    raise late from None
                 if exc.code != 429 and not 500 <= exc.code < 600:
                     raise FetchError(f"{host} answered {exc.code} {exc.reason}{detail} for {url}") from None
                 problem = f"{exc.code} {exc.reason}{detail}"
                 connection = False
                 retry_after = _retry_after(exc.headers.get("Retry-After"))
             except urllib.error.URLError as exc:
+                if watchdog.expired:
+                    raise late from None
                 reason = exc.reason
                 if isinstance(reason, socket.gaierror):  # no such name, or no network at all: retrying won't help
                     raise FetchError(f"cannot reach {host} ({_reason(reason)})") from None
                 problem = _reason(reason)
             except (TimeoutError, ConnectionError, http.client.HTTPException, OSError) as exc:
+                if watchdog.expired:
+                    raise late from None
+                # A timeout here is a read's (a connect's comes as URLError): the server answered, then went quiet.
+                silent = isinstance(exc, TimeoutError)
                 problem = _reason(exc)
             finally:
+                watchdog.cancel()
+                self.watchdog = None
                 self._last = time.monotonic()
             tries = f"tried {attempt + 1} time{'s' if attempt else ''}"
             connection_failures += connection
             if connection and (connection_failures > min(retries, CONNECTION_RETRIES) or attempt == retries):
+                if silent:
+                    raise FetchError(
+                        f"{host} sent nothing for {self.settings.fetch_timeout:g} s (the fetch_timeout limit; {tries})"
+                    )
                 raise FetchError(f"cannot reach {host} ({problem}; {tries})")
             if attempt == retries:
                 raise FetchError(f"{host} kept answering {problem} ({tries}); try again later to resume")
@@ -214,7 +352,12 @@ class Source:
 
 def _json(body: bytes, host: str) -> Any:
     try:
-        return json.loads(body)
+        return loads_json(body)
+    except JsonTooDeep as exc:
+        raise FetchError(
+            f"{host} answered JSON nested deeper than {MAX_JSON_DEPTH} levels (line {exc.lineno}, column {exc.colno}); "
+            "no API page nests so deep"
+        ) from None
     except ValueError as exc:
         raise FetchError(f"{host} answered something that is not JSON ({exc})") from None
 

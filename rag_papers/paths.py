@@ -97,6 +97,28 @@ def default_home() -> Path:
     return Path(base) / "rag-papers"
 
 
+def home_problem(home: Path, exc: OSError) -> str:
+    """Why the data directory ``home`` could not be made, in words, for "cannot create the data directory HOME:
+    ...": the path in the way when there is one.
+
+    ``mkdir`` reports a dangling symbolic link, or a file where a folder belongs, as "File exists", which
+    names neither the path nor what is there; a data directory given as a link to a folder on a disk that is
+    not mounted is the usual case.
+    """
+    for path in (home, *home.parents):
+        it = "it" if path == home else str(path)
+        if path.is_symlink() and not path.exists():
+            return (
+                f"{it} is a symbolic link to {path.parent / os.readlink(path)}, which does not exist: create that "
+                "folder (or mount its disk), or choose another data directory with RAG_PAPERS_HOME"
+            )
+        if path.exists() and not path.is_dir():
+            return f"{it} is a file, not a folder: move it, or choose another data directory with RAG_PAPERS_HOME"
+        if path.is_dir():
+            break
+    return exc.strerror or str(exc)
+
+
 def load_words(name: str) -> frozenset[str]:
     """A word list shipped in the package (``rag_papers/words/NAME.txt``): one word a line, ``#`` comments."""
     text = (resources.files(PACKAGE) / "words" / f"{name}.txt").read_text(encoding="utf-8")

@@ -41,6 +41,7 @@ from rag_papers.keyword import (
     writer_lock_free,
 )
 from rag_papers.model_files import check_model_installed
+from rag_papers.paths import home_problem
 from rag_papers.progress import progress_bar
 from rag_papers.registry import connect, move_damaged_registry_aside, open_registry, registry_write
 from rag_papers.vectors import VectorStore, VectorStoreError, kinds
@@ -94,7 +95,9 @@ class Store:
         try:
             settings.home.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise RagPapersError(f"cannot create the data directory {settings.home}: {exc.strerror or exc}") from None
+            raise RagPapersError(
+                f"cannot create the data directory {settings.home}: {home_problem(settings.home, exc)}"
+            ) from None
         if rebuild:  # a damaged registry (header or pages) is renamed, never deleted, and a new one started
             moved = move_damaged_registry_aside(settings)
             self.notes_at_open = [moved] if moved else []

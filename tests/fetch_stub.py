@@ -15,7 +15,13 @@ Knobs, changeable while the server runs:
 
 * ``fail``: answers to give before the real ones, each ``(status, headers)``, e.g. ``[(429, {"Retry-After": "1"})]``;
 * ``stall_after``: when an int, every request after that many pages is held (not answered) until ``release()``
-  or ``stop()``: a client killed then has completed exactly that many pages.
+  or ``stop()``: a client killed then has completed exactly that many pages;
+* ``misbehave``: one of ``HOSTILE``, how every answer after ``misbehave_after`` good pages goes wrong, as a
+  hostile or broken server's does (issue 47's probe): ``endless`` (a body that never ends, streamed as fast as the
+  client reads), ``drip`` (the whole answer, status line included, a byte every ``drip_s``), ``silence`` (status
+  and headers, then nothing), ``gzip_bomb`` (512 MiB of zeros gzipped to half a MB, sent as
+  ``Content-Encoding: gzip`` unasked), ``entities`` (XML whose entities expand a billion-fold), ``external`` (XML
+  naming a local file as an entity) and ``deep`` (a million nested brackets; for Atom, 100,000 nested elements).
 
 Every request is recorded in ``requests`` as a ``Request`` (path, query, headers, time).
 """
@@ -27,6 +33,7 @@ import json
 import re
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -47,6 +54,30 @@ class Request:
 
 
 Answer = tuple[int, dict[str, str], bytes]
+HOSTILE = ("endless", "drip", "silence", "gzip_bomb", "entities", "external", "deep")
+ENDLESS_MAX = 1 << 30  # an "endless" body ends here, so that a client without a cap ends too (holding 1 GiB)
+BILLION_LAUGHS = (
+    b'<?xml version="1.0"?>\n<!DOCTYPE feed [\n  <!ENTITY lol0 "lol">\n'
+    + b"".join(b'  <!ENTITY lol%d "%s">\n' % (i, b"&lol%d;" % (i - 1) * 10) for i in range(1, 10))
+    + b']>\n<feed xmlns="http://www.w3.org/2005/Atom"><entry><id>http://arxiv.org/abs/2401.00001v1</id>'
+    b"<title>&lol9;</title><summary>&lol9;</summary></entry></feed>\n"
+)
+EXTERNAL_ENTITY = (
+    b'<?xml version="1.0"?>\n<!DOCTYPE feed [\n  <!ENTITY xxe SYSTEM "file:///etc/passwd">\n]>\n'
+    b'<feed xmlns="http://www.w3.org/2005/Atom"><entry><id>http://arxiv.org/abs/2401.00001v1</id>'
+    b"<title>Read this</title><summary>Leaked: &xxe; end of the abstract.</summary></entry></feed>\n"
+)
+_GZIP_BOMB: list[bytes] = []
+
+
+def gzip_bomb() -> bytes:
+    """512 MiB of zeros as gzip: one member of 1 MiB, compressed once, repeated (gzip reads members one after
+    another), so it is made at once and is about half a MB."""
+    if not _GZIP_BOMB:
+        packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+        member = packer.compress(bytes(1 << 20)) + packer.flush()
+        _GZIP_BOMB.append(member * 512)
+    return _GZIP_BOMB[0]
 
 
 class Stub:
@@ -56,6 +87,9 @@ class Stub:
         self.requests: list[Request] = []
         self.fail: list[tuple[int, dict[str, str]]] = []
         self.stall_after: int | None = None
+        self.misbehave: str | None = None
+        self.misbehave_after = 0
+        self.drip_s = 0.05
         self.pages_served = 0
         self._release = threading.Event()
         self._lock = threading.Lock()
@@ -65,6 +99,10 @@ class Stub:
     # ---- what a subclass provides
     def answer(self, path: str, query: dict[str, str]) -> Answer:
         raise NotImplementedError
+
+    def deep(self, body: bytes) -> bytes:
+        """A polite answer's body with a million levels of nesting (for a JSON API: brackets)."""
+        return b"[" * 1_000_000 + b"]" * 1_000_000
 
     # ---- the server
     @property
@@ -126,10 +164,46 @@ class Stub:
             status, headers, body = self.answer(parts.path, query)
         except Exception as exc:  # a bug in the stand-in: a 500 the client retries, and the test sees it
             status, headers, body = 500, {"Content-Type": "text/plain"}, repr(exc).encode()
+        if status == 200 and self.misbehave is not None and self.pages_served >= self.misbehave_after:
+            self._misbehave(handler, self.misbehave, headers, body)
+            return
         if status == 200:
             with self._lock:
                 self.pages_served += 1
         self._send(handler, status, headers, body)
+
+    def _misbehave(self, handler: BaseHTTPRequestHandler, how: str, headers: dict[str, str], body: bytes) -> None:
+        """Answer as ``how`` says (``HOSTILE``) instead of with ``body``."""
+        handler.close_connection = True
+        head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        try:
+            if how == "endless":
+                handler.wfile.write(f"HTTP/1.1 200 OK\r\n{head}Connection: close\r\n\r\n".encode())
+                handler.wfile.write(body[: len(body) // 2])
+                filler, sent = b"x" * (1 << 16), 0
+                while sent < ENDLESS_MAX and not self._release.is_set():
+                    handler.wfile.write(filler)
+                    sent += len(filler)
+            elif how == "drip":
+                whole = f"HTTP/1.1 200 OK\r\n{head}Content-Length: {len(body)}\r\n\r\n".encode() + body
+                for i in range(len(whole)):
+                    if self._release.wait(self.drip_s):
+                        return
+                    handler.wfile.write(whole[i : i + 1])
+            elif how == "silence":
+                handler.wfile.write(f"HTTP/1.1 200 OK\r\n{head}Content-Length: {len(body)}\r\n\r\n".encode())
+                self._release.wait(120)
+            elif how == "gzip_bomb":
+                self._send(handler, 200, {**headers, "Content-Encoding": "gzip"}, gzip_bomb())
+            elif how in ("entities", "external"):
+                doc = BILLION_LAUGHS if how == "entities" else EXTERNAL_ENTITY
+                self._send(handler, 200, {"Content-Type": "application/atom+xml; charset=utf-8"}, doc)
+            elif how == "deep":
+                self._send(handler, 200, headers, self.deep(body))
+            else:
+                raise ValueError(f"misbehave: {how!r} is none of {HOSTILE}")
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up: what a client should do
+            pass
 
     @staticmethod
     def _send(handler: BaseHTTPRequestHandler, status: int, headers: dict[str, str], body: bytes) -> None:
@@ -192,6 +266,11 @@ def arxiv_entries() -> list[str]:
 
 class ArxivStub(Stub):
     path = "/api/query"
+
+    def deep(self, body: bytes) -> bytes:
+        """The feed with a million nested elements inside its first entry's summary."""
+        nested = b"<b>" * 100_000 + b"x" + b"</b>" * 100_000  # 0.7 MB: under the cap the tests set
+        return body.replace(b"<summary>", b"<summary>" + nested, 1)
 
     def __init__(self, entries: list[str] | None = None) -> None:
         super().__init__()

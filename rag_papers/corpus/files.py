@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -27,6 +28,14 @@ SNIFF_BYTES = 8192  # how much of a file tells its format (``read.detect``)
 # references run to megabytes): its cap only bounds memory, and the stored fields have their own (``check_values``).
 MAX_LINE_BYTES = MAX_ABSTRACT_CHARS * 4 + 1024
 MAX_EXPORT_LINE_BYTES = 64 * 1024 * 1024
+# How deep a JSON value may nest. No format read here nests past a handful of levels (an OpenAlex work: 5), and
+# Python's json module recurses once a level, so a line of 5,000 "[" stopped an ingest with RecursionError, a
+# traceback class in place of the file's line. Deeper than this is refused as the file's own error (FILE:LINE),
+# well before the interpreter's limit (1,000 frames, some of them ours), so the limit does not move with the stack.
+MAX_JSON_DEPTH = 512
+# Strings (whose brackets are text), runs of openers and runs of closers: how ``json_depth_error_at`` walks a text
+# with the regex engine doing the per-character work, so 1 GB of "[" is one match.
+_JSON_NESTING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[{]+|[\]}]+', re.S)
 
 
 def unknown_format(path: Path, what: str) -> CorpusError:
@@ -95,21 +104,88 @@ def text_lines(path: Path, max_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[in
             yield lineno, text
 
 
+class JsonTooDeep(ValueError):
+    """A JSON text nested deeper than ``MAX_JSON_DEPTH``; ``lineno`` and ``colno`` (1-based) say where it passes."""
+
+    def __init__(self, lineno: int, colno: int) -> None:
+        self.lineno, self.colno = lineno, colno
+        self.msg = f"JSON nested deeper than {MAX_JSON_DEPTH} levels (at column {colno}); no paper record nests so deep"
+        super().__init__(self.msg)
+
+
+def json_depth_error_at(text: str) -> int | None:
+    """The index in ``text`` where JSON nesting first passes ``MAX_JSON_DEPTH``, else None. One pass, brackets
+    inside strings ignored; used on the error path only, to name the line."""
+    depth = 0
+    for m in _JSON_NESTING.finditer(text):
+        start, run = m.start(), m.end() - m.start()  # not m.group(): a run may be the whole file
+        if text[start] == '"':
+            continue
+        if text[start] in "[{":
+            if depth + run > MAX_JSON_DEPTH:
+                return start + MAX_JSON_DEPTH - depth
+            depth += run
+        else:
+            depth = max(0, depth - run)
+    return None
+
+
+def _nests_deeper(value: object, limit: int) -> bool:
+    """Whether a decoded value has containers more than ``limit`` deep (walked with a stack, not recursion)."""
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        for child in children:
+            if isinstance(child, dict | list):
+                if depth + 1 > limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False
+
+
+def loads_json(text: str | bytes) -> Any:
+    """``json.loads``, with nesting deeper than ``MAX_JSON_DEPTH`` a ``JsonTooDeep`` naming where it passes.
+
+    The decoder runs first (in C, at its speed); a value it could decode is walked only when the text has more
+    openers than the limit (``count``, also C), so the usual record, with a few dozen brackets, costs nothing
+    more. A malformed text is ``json.JSONDecodeError`` as before.
+    """
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        deep = True
+    else:
+        openers = text.count("[") + text.count("{") if isinstance(text, str) else text.count(b"[") + text.count(b"{")
+        deep = openers > MAX_JSON_DEPTH and _nests_deeper(value, MAX_JSON_DEPTH)
+    if not deep:
+        return value
+    whole = text if isinstance(text, str) else text.decode("utf-8", errors="replace")
+    pos = json_depth_error_at(whole) or 0
+    raise JsonTooDeep(whole.count("\n", 0, pos) + 1, pos - (whole.rfind("\n", 0, pos) + 1) + 1)
+
+
 def json_lines(
     path: Path, on_damaged: Callable[[str], None] | None = None, max_bytes: int = MAX_LINE_BYTES
 ) -> Iterator[tuple[int, Any]]:
-    """Each non-blank line of ``path`` as JSON, with its line number; a malformed line is a ``CorpusError``, or
-    with ``on_damaged`` (an export's lines, each one record) that line's error passed there and the line skipped."""
+    """Each non-blank line of ``path`` as JSON, with its line number; a malformed line, or one nested deeper than
+    ``MAX_JSON_DEPTH``, is a ``CorpusError``, or with ``on_damaged`` (an export's lines, each one record) that
+    line's error passed there and the line skipped."""
     for lineno, line in text_lines(path, max_bytes):
         if not line.strip():
             continue
         try:
-            yield lineno, json.loads(line)
+            value = loads_json(line)
+        except JsonTooDeep as exc:
+            error = f"{path}:{lineno}: {exc.msg}"
         except json.JSONDecodeError as exc:
             error = f"{path}:{lineno}: malformed JSON ({exc.msg} at column {exc.colno})"
-            if on_damaged is None:
-                raise CorpusError(error) from None
-            on_damaged(error)
+        else:
+            yield lineno, value
+            continue
+        if on_damaged is None:
+            raise CorpusError(error) from None
+        on_damaged(error)
 
 
 def first_line(path: Path, max_bytes: int = MAX_EXPORT_LINE_BYTES) -> str:

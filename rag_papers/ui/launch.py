@@ -7,14 +7,17 @@ reach the app is decided in ``access.py``, which both use.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import math
 import os
+import re
 import signal
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections import OrderedDict, deque
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -27,18 +30,28 @@ from rag_papers import RagPapersError, __version__
 from rag_papers.chat import Engine
 from rag_papers.config import Settings
 from rag_papers.llm import backend_names
-from rag_papers.ui.access import check_exposure, is_loopback, resolve_auth
+from rag_papers.ui.access import check_exposure, client_address, is_loopback, proxy_networks, resolve_auth
 from rag_papers.ui.chat_app import backend_status, build_app
 from rag_papers.ui.files import remove_server_folder
 from rag_papers.ui.library import MB
 from rag_papers.ui.render import static_text
 
 # A failed login makes the same client wait before its next attempt: LOGIN_DELAY_S after the first failure,
-# doubling with each further one up to LOGIN_DELAY_MAX_S; forgotten after LOGIN_FORGET_S without a failure.
+# doubling with each further one up to LOGIN_DELAY_MAX_S; forgotten after LOGIN_FORGET_S without a failure. The
+# client is the socket's peer (``access.client_address``): a forwarded header counts only from a trusted proxy.
 LOGIN_DELAY_S = 0.5
 LOGIN_DELAY_MAX_S = 10.0
 LOGIN_FORGET_S = 900.0
 CLIENTS_KEPT = 10_000  # clients whose failures are remembered at once (the oldest go first): memory stays bounded
+# Whatever the address, an account takes at most ACCOUNT_FAILURES_MAX failed logins in any ACCOUNT_WINDOW_S: past
+# that, a try is answered 429 without its password being checked, until the oldest failure leaves the window.
+# Many machines guessing at once get 10 guesses in 5 minutes between them; the user who mistypes a few times
+# never meets it. Usernames other than the app's own share one count, so that inventing names neither gets an
+# attacker fresh counts nor pushes the real account's out of memory.
+ACCOUNT_FAILURES_MAX = 10
+ACCOUNT_WINDOW_S = 300.0
+LOGIN_BODY_MAX = 64 * 1024  # a login form is two short fields: a bigger body is refused unread
+OTHER_USERS = "\x00other"  # the shared count's key: no username gradio accepts is this
 # gradio's routes that answer without a login although they act on a session: /cancel stops a running
 # answer (the Stop button), /reset is a no-op kept for old clients. Behind a login, they need it too.
 SESSION_ROUTES = ("/gradio_api/cancel", "/gradio_api/reset")
@@ -51,18 +64,81 @@ class _Client:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
+@dataclass
+class _Account:
+    failures: deque[float] = field(default_factory=deque)  # when each failed login of the window was checked
+
+    def wait(self, now: float) -> float:
+        """Seconds until this account may be tried again (0: now), the failures that left the window dropped."""
+        while self.failures and now - self.failures[0] >= ACCOUNT_WINDOW_S:
+            self.failures.popleft()
+        if len(self.failures) < ACCOUNT_FAILURES_MAX:
+            return 0.0
+        return max(0.001, self.failures[0] + ACCOUNT_WINDOW_S - now)
+
+
+class _Gone(Exception):
+    """The client went away before its login form was read."""
+
+
+async def _read_body(receive: Callable[..., Any], limit: int) -> bytes | None:
+    """The request's whole body, or None when it is over ``limit`` bytes (``_Gone``: the client left)."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            raise _Gone
+        chunk = bytes(message.get("body", b""))
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Callable[..., Any]) -> Callable[..., Any]:
+    """A ``receive`` that gives ``body`` again, then whatever the client sends next (its disconnect)."""
+    sent = False
+
+    async def again() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        message: dict[str, Any] = await receive()
+        return message
+
+    return again
+
+
+async def _refuse(send: Callable[..., Any], status: int, detail: str, headers: list[tuple[bytes, bytes]]) -> None:
+    """An answer of the Guard's own, as gradio words its login errors (``{"detail": ...}``)."""
+    body = json.dumps({"detail": detail}).encode()
+    start = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers]
+    await send({"type": "http.response.start", "status": status, "headers": start})
+    await send({"type": "http.response.body", "body": body})
+
+
 class Guard:
     """ASGI middleware in front of gradio's routes: a growing delay after each failed login, per client
-    address, and a login for the session routes gradio leaves open (``SESSION_ROUTES``).
+    address, a bound on failed logins per account whatever the address, and a login for the session routes
+    gradio leaves open (``SESSION_ROUTES``).
 
     Middleware because gradio's ``/login`` route and its login check are closures inside ``App.create_app``:
     there is no hook for either. The login check below reads the same cookies gradio's ``get_current_user``
     does, and a client's attempts are taken one at a time, so parallel guesses wait their turn as well.
+    ``serve`` has uvicorn trust no forwarded header (it would rewrite the client address before this sees it):
+    which to believe is decided here, from ``trusted`` (the ``trusted_proxies`` setting).
     """
 
-    def __init__(self, app: Callable[..., Any]) -> None:
+    def __init__(self, app: Callable[..., Any], trusted: Sequence[str] = (), users: Iterable[str] = ()) -> None:
         self.app = app
+        self.trusted = proxy_networks(trusted)
+        self.users = set(users)
         self.clients: OrderedDict[str, _Client] = OrderedDict()
+        self.accounts: dict[str, _Account] = {}
 
     async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
         served = scope.get("app")
@@ -101,12 +177,45 @@ class Guard:
         self.clients[address] = client  # now the newest
         return client
 
+    @staticmethod
+    async def _username(scope: dict[str, Any], body: bytes) -> str:
+        """The form's username as gradio reads it (stripped), from either encoding a login form comes in."""
+        from starlette.requests import Request
+
+        try:
+            form = await Request(scope, _replay(body, _nothing)).form()
+        except Exception:  # noqa: BLE001 - a body that is no form: gradio refuses it too; counted as no user
+            return ""
+        user = form.get("username")
+        return user.strip() if isinstance(user, str) else ""
+
     async def _login(self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
-        address = (scope.get("client") or ("?", 0))[0]
-        client = self._client(address)
+        peer = (scope.get("client") or ("?", 0))[0]
+        client = self._client(client_address(peer, scope.get("headers") or [], self.trusted))
         async with client.lock:
             if client.failures:
                 await asyncio.sleep(min(LOGIN_DELAY_S * 2 ** (client.failures - 1), LOGIN_DELAY_MAX_S))
+            try:
+                body = await _read_body(receive, LOGIN_BODY_MAX)
+            except _Gone:
+                return
+            if body is None:
+                client.failures += 1
+                client.last = time.monotonic()
+                await _refuse(send, 413, "A sign-in form is two short fields; this one is too large.", [])
+                return
+            user = await self._username(scope, body)
+            account = self.accounts.setdefault(user if user in self.users else OTHER_USERS, _Account())
+            now = time.monotonic()
+            wait = account.wait(now)
+            if wait:
+                client.failures += 1
+                client.last = now
+                retry = str(math.ceil(wait)).encode()
+                detail = f"Too many failed sign-ins for this account: try again in {math.ceil(wait)} s."
+                await _refuse(send, 429, detail, [(b"retry-after", retry)])
+                return
+            account.failures.append(now)  # the slot is taken before the check: parallel tries count at once
             status: list[int] = []
 
             async def watch(message: dict[str, Any]) -> None:
@@ -114,12 +223,74 @@ class Guard:
                     status.append(int(message["status"]))
                 await send(message)
 
-            await self.app(scope, receive, watch)
-            if status and status[0] == 200:
-                client.failures = 0
-            elif status and 400 <= status[0] < 500:
-                client.failures += 1
-            client.last = time.monotonic()
+            try:
+                await self.app(scope, _replay(body, receive), watch)
+            finally:
+                failed = bool(status) and 400 <= status[0] < 500
+                if not failed:  # signed in (the account's count starts again), or the server failed: no guess
+                    if status and status[0] == 200:
+                        account.failures.clear()
+                        client.failures = 0
+                    elif now in account.failures:
+                        account.failures.remove(now)
+                else:
+                    client.failures += 1
+                client.last = time.monotonic()
+
+
+async def _nothing() -> dict[str, Any]:
+    return {"type": "http.disconnect"}
+
+
+class _InWords(gr.Error):
+    """A ``gr.Error`` whose ``str`` is its message: gradio's validator path answers ``str(error)`` as the HTTP
+    400's detail, and ``gr.Error`` quotes itself there."""
+
+    def __str__(self) -> str:
+        return str(self.message)
+
+
+def _parameter_names(block_fn: Any) -> list[str]:
+    names = list(getattr(block_fn, "input_parameter_names", None) or [])
+    return names if len(names) == len(block_fn.inputs) else [f"#{i + 1}" for i in range(len(block_fn.inputs))]
+
+
+def _inputs_in_words(app: gr.Blocks) -> None:
+    """An API call whose inputs gradio cannot take is answered in words, naming the parameter.
+
+    gradio answers too few inputs with its own text, the components' Python reprs included (``<gradio.components.
+    api_component.Api object at 0x...>``), and a value a component cannot preprocess (``top_k`` "abc" for the
+    slider behind ``/ask``) with an error it hides (``show_error=False``: ``{"error": null}``). Both come through
+    two methods of the Blocks, wrapped here on this app only; what they accept is unchanged.
+    """
+    from gradio.exceptions import ComponentProcessingError
+
+    validate, preprocess = app.validate_inputs, app.preprocess_data
+
+    def validate_inputs(block_fn: Any, inputs: list[Any]) -> None:
+        if len(inputs) < len(block_fn.inputs):
+            names = _parameter_names(block_fn)
+            raise _InWords(
+                f"{len(inputs)} of the {len(names)} parameters given ({', '.join(names)}): give all {len(names)}, "
+                "null where the default will do"
+            )
+        validate(block_fn, inputs)
+
+    async def preprocess_data(block_fn: Any, inputs: list[Any], state: Any, explicit_call: bool = False) -> Any:
+        try:
+            return await preprocess(block_fn, inputs, state, explicit_call)
+        except ComponentProcessingError as exc:
+            m = re.search(r"at index (\d+)", str(exc))
+            i = int(m.group(1)) if m else -1
+            if not 0 <= i < len(inputs):
+                raise _InWords("a parameter has a value of the wrong type") from None
+            value = repr(inputs[i])
+            raise _InWords(
+                f"{_parameter_names(block_fn)[i]}: {value[:80]} is not a value this parameter takes"
+            ) from None
+
+    app.validate_inputs = validate_inputs  # type: ignore[method-assign]
+    app.preprocess_data = preprocess_data  # type: ignore[method-assign]
 
 
 def _remove_at_stop(folder: Path) -> Callable[[Any], AbstractAsyncContextManager[None]]:
@@ -159,38 +330,60 @@ def serve(
 
     check_exposure(settings, insecure_no_auth)
     auth = resolve_auth(settings)
+    trusted = list(settings.trusted_proxies)
+    proxy_networks(trusted)  # a bad entry: one line now, not a failure inside the server
+    guard = Middleware(Guard, trusted=trusted, users=[auth[0]] if auth else [])
+    _inputs_in_words(app)
     try:
-        _, url, _ = app.launch(
-            server_name=settings.host,
-            server_port=settings.port,
-            auth=auth,
-            auth_message="rag-papers: sign in" if auth else None,
-            prevent_thread_lock=not block,
-            share=False,
-            quiet=quiet,
-            show_error=False,
-            footer_links=["api", "settings"],
-            run_history=False,
-            enable_monitoring=False,
-            mcp_server=False,
-            ssr_mode=False,
-            theme=_theme(),
-            css=static_text("app.css"),
-            # "Add papers" (library.py): gradio's upload route refuses bigger files before they are stored.
-            max_file_size=int(settings.upload_max_mb * MB),
-            # FastAPI's own schema at /openapi.json would list every route without a login (gradio's
-            # /gradio_api/openapi.json asks for one); the guard and the private folder: see above.
-            app_kwargs={
-                "openapi_url": None,
-                "lifespan": _remove_at_stop(Path(app.GRADIO_CACHE)),
-                "middleware": [Middleware(Guard)],
-            },
-        )
+        with _no_forwarded_addresses():
+            _, url, _ = app.launch(
+                server_name=settings.host,
+                server_port=settings.port,
+                auth=auth,
+                auth_message="rag-papers: sign in" if auth else None,
+                prevent_thread_lock=not block,
+                share=False,
+                quiet=quiet,
+                show_error=False,
+                footer_links=["api", "settings"],
+                run_history=False,
+                enable_monitoring=False,
+                mcp_server=False,
+                ssr_mode=False,
+                theme=_theme(),
+                css=static_text("app.css"),
+                # "Add papers" (library.py): gradio's upload route refuses bigger files before they are stored.
+                max_file_size=int(settings.upload_max_mb * MB),
+                # FastAPI's own schema at /openapi.json would list every route without a login (gradio's
+                # /gradio_api/openapi.json asks for one); the guard and the private folder: see above.
+                app_kwargs={
+                    "openapi_url": None,
+                    "lifespan": _remove_at_stop(Path(app.GRADIO_CACHE)),
+                    "middleware": [guard],
+                },
+            )
     except OSError as exc:  # the port is taken, or the host is not an address of this machine
         raise RagPapersError(
             f"cannot serve on {settings.host}:{settings.port}: {str(exc).split('. ')[0]} (choose another --port)"
         ) from None
     return str(url)
+
+
+@contextmanager
+def _no_forwarded_addresses() -> Iterator[None]:
+    """uvicorn, as gradio starts it, takes the client's address from X-Forwarded-For whenever the peer is this
+    machine (its ``forwarded_allow_ips``, read from FORWARDED_ALLOW_IPS when its Config is made, inside
+    ``launch``): one machine could then claim a new address for every login guess. Trusting nobody there leaves
+    the socket's peer in the request, and ``Guard`` believes a forwarded address only from ``trusted_proxies``."""
+    saved = os.environ.get("FORWARDED_ALLOW_IPS")
+    os.environ["FORWARDED_ALLOW_IPS"] = ""  # no address matches the empty name
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("FORWARDED_ALLOW_IPS", None)
+        else:
+            os.environ["FORWARDED_ALLOW_IPS"] = saved
 
 
 def launch(

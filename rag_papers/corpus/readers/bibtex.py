@@ -25,6 +25,27 @@ _SUB = str.maketrans("0123456789+-=()aeoxhklmnpst", "₀₁₂₃₄₅₆₇₈
 _SUP = str.maketrans("0123456789+-=()in", "⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻⁼⁽⁾ⁱⁿ")
 _SCRIPT = re.compile(r"([_^])(?:\{([^{}]*)\}|(\\?\w))")
 _MATH = re.compile(r"\$([^$]+)\$")
+_BRACE_RUNS = re.compile(r"\{+|\}+")
+
+
+def brace_depth(raw: str) -> int:
+    """How deep ``raw``'s braces nest (runs counted at once: 50,000 ``{`` are one match)."""
+    depth = deepest = 0
+    for m in _BRACE_RUNS.finditer(raw):
+        run = m.end() - m.start()
+        depth = depth + run if raw[m.start()] == "{" else max(0, depth - run)
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def _failure(block: Any) -> str:
+    """Why bibtexparser could not read ``block``, in BibTeX's terms. Its LaTeX decoding recurses once a brace
+    level, so an entry nested a few hundred deep fails with Python's recursion limit: that is said as the depth
+    of its braces, which is what the user can find and fix."""
+    reason = " ".join(str(getattr(block.error, "abort_reason", None) or block.error).split())
+    if "recursion" in reason:
+        return f"braces nested {brace_depth(block.raw or ''):,} levels deep, too deep to decode (a field needs a few)"
+    return f"an entry is not closed ({reason or 'syntax error'})"
 
 
 def _parse(text: str) -> Any:
@@ -94,12 +115,7 @@ def read_bibtex(
             again = _parse(block.raw or "").entries
             entries.extend(((block.start_line or 0) + 1, e) for e in again)
             continue
-        reason = getattr(block.error, "abort_reason", None) or str(block.error)
-        errors.append(
-            CorpusError(
-                f"{where}: malformed BibTeX, an entry is not closed ({' '.join(reason.split()) or 'syntax error'})"
-            )
-        )
+        errors.append(CorpusError(f"{where}: malformed BibTeX, {_failure(block)}"))
     if not entries:
         if errors:
             raise errors[0]  # nothing good to keep: the file is refused on its first damaged entry

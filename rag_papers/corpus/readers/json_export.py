@@ -1,8 +1,10 @@
 """The JSON exports (CSL-JSON, arXiv, OpenAlex, OpenReview, Semantic Scholar): which source wrote a record, told
 by the keys each always writes, and the records of a page, an array or JSON lines, each read by its source's
 reader, and cited by the line it starts on. A file holds one source's records: the first record tells which; a
-later one of another shape (or a malformed line of JSON lines) is a damaged record, skipped and reported
-(``on_damaged``), or without it (``--strict``) the file's refusal."""
+later one of another shape (or a malformed line of JSON lines, or one nested deeper than ``MAX_JSON_DEPTH``) is a
+damaged record, skipped and reported (``on_damaged``), or without it (``--strict``) the file's refusal. A page or
+an array is decoded whole, so one malformed or too deep anywhere refuses the file: no record can be cut out of it
+without decoding it."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from rag_papers.corpus.files import MAX_EXPORT_LINE_BYTES, json_lines, unknown_format
+from rag_papers.corpus.files import MAX_EXPORT_LINE_BYTES, JsonTooDeep, json_lines, loads_json, unknown_format
 from rag_papers.corpus.readers import arxiv, csl_json, openalex, openreview, semantic_scholar
 from rag_papers.corpus.readers.base import OnDamaged, OnSkip, checked, damaged
 from rag_papers.corpus.record import CorpusError, RawRecord
@@ -97,7 +99,9 @@ def json_records(path: Path, text: str | None, on_damaged: OnDamaged | None = No
         yield from json_lines(path, on_damaged, MAX_EXPORT_LINE_BYTES)
         return
     try:
-        doc = json.loads(text)
+        doc = loads_json(text)
+    except JsonTooDeep as exc:
+        raise CorpusError(f"{path}:{exc.lineno}: {exc.msg}") from None
     except json.JSONDecodeError as exc:
         if exc.msg != "Extra data":
             raise CorpusError(f"{path}:{exc.lineno}: malformed JSON ({exc.msg} at column {exc.colno})") from None
@@ -154,6 +158,6 @@ def first_line_record(head: str) -> object:
     """The first line of ``head`` as JSON when it is a whole JSON value on its own (JSON lines), else None."""
     first = next((line for line in head.splitlines() if line.strip()), "")
     try:
-        return json.loads(first)
-    except json.JSONDecodeError:
+        return loads_json(first)
+    except ValueError:  # malformed, cut off by the head's end, or too deep: the reader says which, by its line
         return None
