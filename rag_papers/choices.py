@@ -44,7 +44,16 @@ PRESETS: dict[str, dict[str, Any]] = {
     # docs/design-notes.md). It needs its own index:
     # ingest with this preset into a fresh RAG_PAPERS_HOME, or with --rebuild. Weight and floors
     # calibrated on eval/qa.jsonl like the default's (no answerable question refused).
-    "mpnet": {"embed_model": "all-mpnet-base-v2", "dense_weight": 0.5, "min_score": 0.36, "min_dense": 0.10},
+    # Its rule judge's cosine floors too, mapped to mpnet's scale by quantile on the dev part (eval/mpnet_floors.py,
+    # eval/results/mpnet/floors.json).
+    "mpnet": {
+        "embed_model": "all-mpnet-base-v2",
+        "dense_weight": 0.5,
+        "min_score": 0.36,
+        "min_dense": 0.10,
+        "coverage": {"describe_floor": 0.385, "loose_sentence": 0.43, "flat_lift": 0.184},
+        "quoting": {"floor": 0.247, "list_floor": 0.285},
+    },
     # Baselines used by the evaluation suite.
     "dense": {"retrieval": "dense"},
     "bm25": {"retrieval": "bm25"},

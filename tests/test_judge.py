@@ -268,3 +268,16 @@ def test_the_rules_settings_come_from_the_file_the_environment_and_a_preset(
     toml.write_text("[coverage]\nloose_mach = 0.3\n")
     with pytest.raises(Exception, match="loose_mach"):
         load_settings()
+
+
+def test_the_mpnet_preset_brings_its_own_floors_for_the_rules() -> None:
+    """The rules' cosine floors are on the embedding model's scale: the mpnet preset sets its own (fitted on dev by
+    eval/mpnet_floors.py), and leaves the rest of each group at its defaults."""
+    from rag_papers.config import CoverageSettings, QuotingSettings, load_settings
+
+    s = load_settings("mpnet")
+    fitted = json.loads((PROJECT_ROOT / "eval" / "results" / "mpnet" / "floors.json").read_text())["fitted"]
+    assert s.coverage.model_dump(include=set(fitted["coverage"])) == fitted["coverage"]
+    assert s.quoting.model_dump(include=set(fitted["quoting"])) == fitted["quoting"]
+    assert s.coverage.loose_match == CoverageSettings().loose_match and s.quoting.papers == QuotingSettings().papers
+    assert load_settings().coverage.flat_lift != s.coverage.flat_lift
