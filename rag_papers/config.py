@@ -84,6 +84,7 @@ def default_config_file() -> Path:
 # The rule judge's rules, by name, each of which ``coverage.off`` can switch off (eval/ablation.py measures what each
 # buys): see docs/design-notes.md ("The rulebook") for what each does.
 RuleName = Literal[
+    "unknown-names",  # a loose match whose every name no indexed abstract has is refused
     "only-facet",  # "which papers link their code?": a paper stating it is relevant, however far its topic
     "names",  # a name no source has is said missing
     "name-versions",  # "Qwen" is in "Qwen2.5" (a name found in a version of it)

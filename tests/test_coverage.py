@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import run_main
+from conftest import FakeBackend, run_main
 from test_integrity import abba_id
 
 from rag_papers.chat import ChatSession, Engine, usable_rewrite
@@ -808,21 +808,26 @@ def test_names_no_abstract_contains_are_said_first(engine: Engine) -> None:
         assert ans.answer.startswith("No indexed abstract mentions DoRA or GLUE")
 
 
-def test_a_loose_match_on_names_no_abstract_has_says_both_first(engine: Engine) -> None:
-    """Read rounds 1 to 24: "what is a good strategy for winning at Monopoly?" passed the floor on its everyday words,
-    only loosely. It was refused when its every name is in no indexed abstract; on the read questions that refusal
-    flagged no near-miss the loose line did not already flag, and refused 2 answerable questions
-    (eval/results/ablation.md), so such a question is answered under the line that says both."""
+def test_a_loose_match_on_names_no_abstract_has_is_refused(engine: Engine) -> None:
+    """Read rounds 1 to 24: "what is a good strategy for winning at Monopoly?" and "learn a new language like
+    Portuguese" passed the floor on their everyday words, only loosely, and were answered with the closest papers
+    under the caveat. A loose match whose every name is in no indexed abstract is refused, and says why first; a
+    question with a name some abstract has ("LoRA") is anchored in the corpus and still answered. (Issue 46 took the
+    rule out on the read questions' flags, then put it back: it refuses what the loose line only caveats, 166 read
+    near-misses, and two unrelated questions of rounds 1 to 3's test part, for 2 answerable questions refused.)"""
     s = engine.settings
     q = "How do I get better at chess openings like the Sicilian Defence?"
     result = engine.search(q)
     assert result.relevant and result.relevance < s.coverage.loose_match, result.relevance
     ans = engine.ask(q, ExtractiveBackend(s)).run()
-    assert not ans.refused and ans.uncovered == ["Sicilian Defence", LOOSE_MATCH], ans.uncovered
+    assert ans.refused and ans.citations == [] and ans.uncovered == ["Sicilian Defence", LOOSE_MATCH], ans.uncovered
     assert ans.answer.startswith(
-        "No indexed abstract mentions Sicilian Defence, and the abstracts match the question only loosely"
+        "No indexed abstract mentions Sicilian Defence, and the abstracts match the question only loosely. "
     ), ans.answer
-    # One name the abstracts have: answered the same way, the unknown one said first.
+    # Any backend: decided before a model is asked.
+    fake = FakeBackend()
+    assert engine.ask(q, fake).run().refused and fake.calls == []
+    # One name the abstracts have: answered, with the unknown one said first (loose by relevance alone here).
     by_relevance = Engine(with_coverage(s, loose_sentence=0.0), engine.index)
     anchored = by_relevance.ask("Does the LoRA alternative with the Hadamard product beat QLoRA?", ExtractiveBackend(s))
     kept = anchored.run()

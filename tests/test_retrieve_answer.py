@@ -534,9 +534,9 @@ WEATHER_Q = "Which papers do global weather forecasting with neural operators li
 def test_a_question_whose_specific_words_no_quoted_abstract_has_gets_a_caveat_first(engine: Engine) -> None:
     """The closest papers are quoted, said to be only that, and the missing words are named as the user wrote them
     (not as stems). No seeds abstract is about weather forecasting: matched only loosely, and on no name the
-    abstracts have, that question gets both said first (it was refused until issue 46's ablation)."""
+    abstracts have, that question is refused, with the same first line (it was quoted under the caveat)."""
     weather = engine.ask(WEATHER_Q, ExtractiveBackend()).run()
-    assert not weather.refused and weather.uncovered[:1] == ["FourCastNet"], weather.uncovered
+    assert weather.refused and weather.uncovered[:1] == ["FourCastNet"], weather.uncovered
     assert weather.answer.startswith("No indexed abstract mentions FourCastNet, and the abstracts match")
     answer = engine.ask(FOURCAST_Q, ExtractiveBackend()).run()
     assert answer.refused is False and answer.citations

@@ -4,7 +4,8 @@ Its parts, in the order they decide:
 - retrieval found nothing relevant (``SearchResult.relevant``), unless the question asks papers only for a property
   they state of themselves ("Which papers link their code?") and one states it: refused before any LLM is asked;
 - a loose match (``loose``: relevance under ``coverage.loose_match`` with no close sentence, or a technical question
-  whose papers stand barely above the index's field, ``coverage.flat_lift``) is said first;
+  whose papers stand barely above the index's field, ``coverage.flat_lift``) whose every name is in no indexed
+  abstract: refused too;
 - otherwise the question's aspects (names, facet, descriptions: ``aspects.py``) are checked against the papers the
   answer reads, or, with no LLM, the sentences it quotes (``quotes.py``); what they leave out is the line said first.
 
@@ -60,11 +61,24 @@ class RuleJudge:
         return self.read(question, candidates)
 
     def before_reading(self, q: Question, result: SearchResult) -> Verdict | None:
-        """A refusal decided before any abstract is read (by the rules, or by a model): nothing relevant, or the
-        filters left nothing. None: the abstracts are to be judged."""
+        """A refusal decided before any abstract is read (by the rules, or by a model): nothing relevant, the
+        filters left nothing, or a loose match on everyday words alone. None: the abstracts are to be judged."""
         relevant, _ = self.relevant(q, result)
-        if relevant:
+        off = self.settings.coverage.off
+        loose = relevant and "unknown-names" not in off and self.loose(q, result)
+        unknown = self._unknown_names(q, every=True) if loose else None
+        if relevant and unknown is None:
             return None
+        if unknown is not None:
+            unknown.loose = True
+            return Verdict(
+                self.name,
+                refused=True,
+                kind="unknown-names",
+                reason="a loose match, and no indexed abstract has the question's names: no LLM called",
+                caveat=unknown.line(),
+                uncovered=[a.text for a in unknown.uncovered],
+            )
         if result.filtered_out:
             why = result.filter_reason or "no paper passes them"
             return Verdict(
@@ -121,13 +135,17 @@ class RuleJudge:
             return False
         return any(self.names_df(n) > 0 for n in q.named)
 
-    def _unknown_names(self, q: Question) -> Coverage | None:
-        """The question's names that no indexed abstract contains (document frequency 0), if any."""
+    def _unknown_names(self, q: Question, every: bool = False) -> Coverage | None:
+        """The question's names that no indexed abstract contains (document frequency 0), if any. With ``every``,
+        only when none of its names is in an indexed abstract: one that is anchors the question in the corpus ("a
+        LoRA alternative named like a Swedish band")."""
         if self.names_df is None:
             return None
         analysis = analyse(q, [], None, self.names_df, rules=self.settings.coverage)
         analysis.evidence = [ev for ev in analysis.evidence if ev.aspect.kind == NAME]
         cov = decide(analysis, [])  # without the names asked only as a likeness ("Mamba-style")
+        if every and any(a.df != 0 for a in cov.aspects):
+            return None
         cov.aspects = [a for a in cov.aspects if a.df == 0]
         return cov if cov.uncovered else None
 
