@@ -358,8 +358,8 @@ class AnswerStream:
         address the question; ``judging``), "waiting" (the model is busy with another answer), "loading" (the
         model), "reading" (the abstracts: before the first token), "thinking" (a thinking model reasons before it
         answers; ``thinking_seconds``), "writing"."""
-        if self._judging:
-            return "judging"
+        if self._judging:  # until the judge asks its model (loaded first: ``Backend.load``), nothing is judged yet
+            return "judging" if self.judge.phase else "loading"
         if self.thinking_since is not None and not self._writing:
             return "thinking"
         return self.backend.phase or ("writing" if self._writing else "reading")

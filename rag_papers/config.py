@@ -415,6 +415,13 @@ class Settings(BaseSettings):
         le=MAX_ANSWER_TOKENS,
         description="Tokens an answer may have; a thinking model's reasoning has its own budget (max_thinking_tokens).",
     )
+    demo_answer_tokens: int = Field(
+        default=160,
+        ge=16,
+        le=MAX_ANSWER_TOKENS,
+        description="Tokens an answer of the packaged demo model (SmolLM2) may have, below max_answer_tokens: it loops "
+        "and invents, at a few tokens a second on a small CPU, so more tokens are only more of the same.",
+    )
     think: ThinkMode = Field(
         default="off",
         description="A thinking model's reasoning (qwen3, deepseek-r1, gpt-oss): off, on, or a level (low, medium, "

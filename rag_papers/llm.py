@@ -68,6 +68,8 @@ class Backend(Protocol):
 
     def structured(self, messages: list[Message], schema: dict[str, Any], max_tokens: int, timeout: float) -> str: ...
 
+    def load(self) -> None: ...
+
     def cancel(self) -> None: ...
 
 
@@ -87,6 +89,9 @@ class BackendDefaults:
 
     def cancel(self) -> None:
         """Nothing to stop: a backend that cannot stop mid-answer ends at its own pace."""
+
+    def load(self) -> None:
+        """Nothing to load here (a server loads its own model): raises ``LLMError`` where a model cannot load."""
 
     def structured(self, messages: list[Message], schema: dict[str, Any], max_tokens: int, timeout: float) -> str:
         """A reply held to the JSON ``schema`` (the LLM judge's verdict), within ``timeout`` seconds. A backend that
@@ -138,6 +143,11 @@ class _Plugin:
         stop = getattr(self._inner, "cancel", None)
         if callable(stop):
             stop()
+
+    def load(self) -> None:
+        load = getattr(self._inner, "load", None)
+        if callable(load):
+            load()
 
     def structured(self, messages: list[Message], schema: dict[str, Any], max_tokens: int, timeout: float) -> str:
         held = getattr(self._inner, "structured", None)
@@ -655,7 +665,9 @@ class LlamaCppBackend(BackendDefaults):
         self.model = self.path.name if self.path else "(none)"
         self.context_window = 4096
         self.temperature = settings.temperature
-        self.max_answer_tokens = settings.max_answer_tokens
+        # The packaged demo model's answers are cut sooner (demo_answer_tokens): it loops to the repetition cut-off.
+        cap = min(settings.max_answer_tokens, settings.demo_answer_tokens)
+        self.max_answer_tokens = cap if self.demo else settings.max_answer_tokens
         self.think = settings.think != "off"
         self.thinking_tokens = settings.max_thinking_tokens
         # What a running stream() is doing, for a UI to say: "waiting" (another generation holds
@@ -736,6 +748,13 @@ class LlamaCppBackend(BackendDefaults):
                 self._cache[key] = (llm, template)
             return self._cache[key]  # type: ignore[return-value]
 
+    def load(self) -> None:
+        """Load the GGUF now (the judge does, before it says it judges): a file that cannot load fails here."""
+        ok, why = self.available()
+        if not ok:
+            raise LLMError(why)
+        self._llm(self.max_answer_tokens)
+
     def prompt(self, messages: list[Message]) -> str:
         """The prompt this model is given for ``messages`` (its own chat template): what the tests check."""
         return self._llm(self.max_answer_tokens)[1].render(messages)
@@ -759,7 +778,7 @@ class LlamaCppBackend(BackendDefaults):
                 raise late
         try:
             self.phase = "loading"
-            llm, template = self._llm(max_tokens)
+            llm, template = self._llm(self.max_answer_tokens)  # the answers' model: one copy in memory
             self.phase = "reading"
             grammar = LlamaGrammar.from_json_schema(json.dumps(schema), verbose=False)
             out = llm._model.create_completion(

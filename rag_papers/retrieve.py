@@ -28,6 +28,7 @@ from rag_papers.corpus import Paper, quotable_sentences, safe_text, sentences
 from rag_papers.index import Index
 from rag_papers.keyword import BM25_K1, keyword_query, keyword_tokens, lucene_idf, paper_text, useful_terms
 from rag_papers.store import passage_text
+from rag_papers.venues import venue_key
 
 if TYPE_CHECKING:
     from rag_papers.rerank import Scored
@@ -162,7 +163,7 @@ class Filters:
         if self.year_max is not None:
             clauses.append({"year": {"$lte": self.year_max}})
         if self.venue:
-            spellings = sorted({v for v in venues if v.lower() == self.venue.lower()}) or [self.venue]
+            spellings = sorted({v for v in venues if venue_key(v) == venue_key(self.venue)}) or [self.venue]
             clauses.append({"venue": spellings[0]} if len(spellings) == 1 else {"venue": {"$in": spellings}})
         if not clauses:
             return {}
@@ -173,7 +174,7 @@ class Filters:
             return False
         if self.year_max is not None and (paper.year is None or paper.year > self.year_max):
             return False
-        if self.venue and (paper.venue or "").lower() != self.venue.lower():
+        if self.venue and venue_key(paper.venue or "") != venue_key(self.venue):
             return False
         if self.keyword:
             text = f"{paper.title} {paper.abstract}"
@@ -530,7 +531,7 @@ class Retriever:
                 return f"no indexed paper is from {filters.years()} ({known})"
         if filters.venue:
             venues = [str(v) for v in self.index.field_values("venue") if v]
-            if filters.venue.lower() not in {v.lower() for v in venues}:
+            if venue_key(filters.venue) not in {venue_key(v) for v in venues}:
                 shown = ", ".join(venues[:5]) + (", ..." if len(venues) > 5 else "")
                 return f"no indexed paper is from venue {filters.venue!r} (indexed venues: {shown or 'none'})"
         return f"none of the papers that match the query passes the filters ({filters.describe()})"

@@ -234,11 +234,18 @@ def test_the_answer_token_cap_is_bounded(settings: Settings) -> None:
 
     with pytest.raises(ValidationError):
         Settings(home=settings.home, max_answer_tokens=MAX_NEW_TOKENS + 1)
-    big = Settings(home=settings.home, max_answer_tokens=MAX_NEW_TOKENS)
+    big = Settings(home=settings.home, max_answer_tokens=MAX_NEW_TOKENS, demo_answer_tokens=MAX_NEW_TOKENS)
     assert LlamaCppBackend(big).token_cap(100_000) == MAX_NEW_TOKENS
     assert LlamaCppBackend(big).token_cap(80) == 80
     settings.max_answer_tokens = 48
     assert LlamaCppBackend(settings).token_cap(400) == 48
+    # The packaged demo model (the default GGUF) stops sooner, at demo_answer_tokens; any other file does not.
+    demo = Settings(home=settings.home, max_answer_tokens=400, demo_answer_tokens=160)
+    assert LlamaCppBackend(demo).demo and LlamaCppBackend(demo).token_cap(400) == 160
+    settings.home.mkdir(parents=True, exist_ok=True)
+    other = settings.home / "other.gguf"
+    other.write_bytes(b"GGUF")
+    assert LlamaCppBackend(demo, model=str(other)).token_cap(400) == 400
 
 
 # ------------------------------------------------------------------ removed-citations note

@@ -577,7 +577,9 @@ class GatedBackend(BackendDefaults):
         try:
             self.phase = "writing"
             for word in GATED_REPLY.split(" "):
-                time.sleep(0.2)
+                # Slow enough that the other session still waits a second or more once its own steps are done
+                # (only the wait for the model counts as waiting: issue 45).
+                time.sleep(0.35)
                 yield word + " "
         finally:
             self.gate.release()

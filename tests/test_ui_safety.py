@@ -495,6 +495,9 @@ def test_hostile_corpus_stays_text_in_the_browser(
     page.wait_for_selector(f"#rp-status-wrap .rp-status:has-text('model {STUB_MODEL}')")
     page.wait_for_function(f"() => document.querySelector('#rp-model input').value === '{STUB_MODEL}'")
     llm = ask(page, "What does Zorblax gardening do for tomato yields?")
+    if llm.locator("details.rp-doubtful").count():  # most of its claims fail: folded under the warning (issue 45)
+        llm.locator("details.rp-doubtful > summary").click()
+        llm.locator(".rp-answer").wait_for(state="visible")
     text = llm.inner_text()
     assert f'<img src="{listener.url}/llm-img.png">' in text and f"[login]({listener.url}/llm-md-link)" in text
     assert f"[g]: {listener.url}/llm-ref" in text

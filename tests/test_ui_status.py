@@ -6,10 +6,13 @@ Real backends: llama.cpp with the packaged SmolLM2 GGUF, a second GGUF file, no 
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from rag_papers.config import Settings
 from rag_papers.llm import smollm2_path
@@ -43,14 +46,36 @@ class _Engine:
         def count() -> int:
             return 0
 
+        class store:  # noqa: N801 - stands in for Index.store (what the filters' values are kept by)
+            @staticmethod
+            def count_cached() -> int:
+                return 0
+
+            @staticmethod
+            def max_seq() -> int:
+                return 0
+
 
 @pytest.mark.parametrize(
     ("backend", "says"),
-    [("llamacpp", "SmolLM2"), ("ollama", "llama3.2:3b"), ("auto", "llama3.2:3b"), ("extractive", "no model")],
+    [("llamacpp", "SmolLM2"), ("ollama", "llama3.2:3b"), ("auto", "no LLM reachable"), ("extractive", "no model")],
 )
 def test_the_model_box_says_the_selected_backends_default(backend: str, says: str, tmp_path: Path) -> None:
+    """No Ollama here: ``auto`` quotes the abstracts, and its box names no model (issue 45: it named llama3.2:3b,
+    which answered nothing)."""
     settings = Settings(home=tmp_path / "home", ollama_host="http://127.0.0.1:9")
     app = ChatApp(settings, _Engine())  # type: ignore[arg-type]
     update, _ = app.on_backend(backend)
     assert says in update["info"], update
-    assert ("default" in update["info"]) == (backend != "extractive"), update
+    assert ("default" in update["info"]) == (backend in ("llamacpp", "ollama")), update
+    assert (update["value"] is None) == (backend in ("auto", "extractive")), update
+
+
+def test_with_ollama_serving_auto_offers_its_models(tmp_path: Path) -> None:
+    from ollama_stub import OllamaStub
+
+    with OllamaStub(models=["llama3.2:3b", "qwen3:4b"]) as stub:
+        settings = Settings(home=tmp_path / "home", ollama_host=stub.url)
+        update, pill = ChatApp(settings, _Engine()).on_backend("auto")  # type: ignore[arg-type]
+    assert update["value"] == "llama3.2:3b" and "qwen3:4b" in update["choices"], update
+    assert "default: llama3.2:3b" in update["info"] and "model llama3&#46;2&#58;3b" in pill  # inert text

@@ -200,6 +200,7 @@ class LLMJudge(ModelJudge):
     def _ask(self, q: Question, todo: list[tuple[Hit, Paper]]) -> tuple[dict[str, PaperVerdict], str]:
         """The model's verdicts on ``todo``, by paper id, and (for those missing) why in words."""
         messages: list[Message] = judge_messages(q.text, [p for _, p in todo], self.settings)
+        self.backend.load()  # a model that cannot load fails the answer here, in its own words, not as a judge
         self.phase = f"judging {len(todo)} abstract{'s' if len(todo) != 1 else ''}"
         try:
             text = self.backend.structured(

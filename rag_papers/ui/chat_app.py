@@ -13,6 +13,7 @@ How a question runs, and why:
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import shutil
@@ -58,6 +59,7 @@ from rag_papers.ui.render import (
 )
 from rag_papers.ui.state import Exchange, UIState
 from rag_papers.ui.suggest import suggested_questions
+from rag_papers.venues import venue_groups, venue_name
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +67,8 @@ T = TypeVar("T")
 ANY = "Any"
 STREAM_INTERVAL = 0.03  # seconds between UI updates while streaming (tokens are batched)
 QUEUE_SHOWN_MS = 300.0  # a wait behind other sessions shorter than this is not worth a word
-N_CHAT = 8  # the outputs of every chat step: chatbot, panel, picker, state, export, stop, Ask, busy note
+GENERATE_LIMIT = 4  # answers written at once (the "generate" group: the chat's and /ask's); more wait their turn
+N_CHAT = 9  # the outputs of every chat step: chatbot, panel, picker, state, export, stop, Ask, busy note, Edit
 # Why Ask is off while an answer runs (under the input); said louder when a question is sent anyway.
 BUSY_NOTE = "Answering… Ask is back when this answer is done; press Stop to ask something else now."
 BUSY_AGAIN = (
@@ -93,25 +96,51 @@ def model_info(choices: list[str]) -> str:
     return f"default: {choices[0]}" if choices else "no model: the answer quotes the abstracts"
 
 
-def backend_status(settings: Settings, name: str | None, model: str | None) -> tuple[str, str]:
-    """(line, level) describing what will answer, e.g. "Ollama at …, model llama3.2:3b"."""
+# The model box while ``auto`` finds no LLM: it names no model, since none answers (issue 45: it showed Ollama's
+# default, which answered nothing).
+NO_LLM_INFO = "no LLM reachable: the answer quotes the abstracts (start one, then ↻ Check LLM)"
+
+
+def demo_note(settings: Settings, took: float | None = None) -> str:
+    """What the pill adds for the demo model: not to be trusted, and how long its answer may take (the last one's
+    time when this app has written one). Its answers are cut at ``demo_answer_tokens`` by the backend."""
+    last = f"; the last one took {took:.0f} s" if took is not None else ""
+    return (
+        f"demo model: answers are unreliable, each cut at {settings.demo_answer_tokens} tokens and may take a minute "
+        f"or two on a small CPU{last}"
+    )
+
+
+def backend_status(
+    settings: Settings, name: str | None, model: str | None, took: float | None = None
+) -> tuple[str, str]:
+    """(line, level) describing what will answer, e.g. "Ollama at …, model llama3.2:3b"; ``took``: the seconds
+    the demo model's last answer took here."""
+    line, level, _ = backend_check(settings, name, model, took)
+    return line, level
+
+
+def backend_check(
+    settings: Settings, name: str | None, model: str | None, took: float | None = None
+) -> tuple[str, str, bool]:
+    """``backend_status``'s (line, level), and whether ``auto`` found no LLM (the answer quotes the abstracts)."""
     try:
         backend, why = get_backend(settings, name or None, (model or "").strip() or None)
     except RagPapersError as exc:
-        return str(exc), "bad"
+        return str(exc), "bad", False
     if not backend.extractive:
         if backend.demo:  # working, but not to be trusted: amber, and said so
-            return f"{why} (demo model: answers are unreliable)", "warn"
-        return why, "ok"
+            return f"{why} ({demo_note(settings, took)})", "warn", False
+        return why, "ok", False
     if (name or settings.llm) != AUTO:  # chosen, not what auto fell back to
-        return "Extractive answers: quotes from the abstracts, no LLM", "ok"
+        return "Extractive answers: quotes from the abstracts, no LLM", "ok", False
     # No LLM to be had: what the user gets, and how to get more, in one calm line (issue 28: not an error).
     advice = why.split(";", 1)[0].rsplit(": ", 1)[-1] if ": " in why else ""
     if "ollama serve" in advice:
         advice = "start Ollama with `ollama serve`"
     elif not advice.startswith("run "):
         advice = "choose an LLM beside the question box"
-    return f"Quoting the abstracts, no LLM · for written answers, {advice}", "info"
+    return f"Quoting the abstracts, no LLM · for written answers, {advice}", "info", True
 
 
 def _example_questions(engine: Engine, limit: int = 3) -> list[str]:
@@ -122,6 +151,11 @@ def _example_questions(engine: Engine, limit: int = 3) -> list[str]:
         log.exception("suggesting questions failed")
         return []
 
+
+# What the browser keeps of the settings, beside the past chats (``Parts.settings_box``'s order): a reload brings
+# them back (``ChatApp.restore_settings``).
+KEEP_SETTINGS_JS = """(backend, model, top_k, year_from, year_to, venue, keyword, show_rewrite) =>
+  ({backend, model, top_k, year_from, year_to, venue, keyword, show_rewrite})"""
 
 # The top-k slider's range: enough for a list question; a larger ``top_k`` setting widens it (the CLI and the
 # API take up to ``config.TopK``'s bound).
@@ -135,12 +169,68 @@ class Parts(SimpleNamespace):
     @property
     def chat_outputs(self) -> list[Any]:
         """What every step of a chat turn redraws."""
-        return [self.chatbot, self.panel, self.picker, self.state, self.export, self.stop, self.send, self.busy]
+        return [
+            self.chatbot, self.panel, self.picker, self.state, self.export, self.stop, self.send, self.busy, self.edit,
+        ]  # fmt: skip
 
     @property
     def filt(self) -> list[Any]:
         """The filter controls, in ``ChatApp.filters``'s order."""
         return [self.year_from, self.year_to, self.venue, self.keyword]
+
+    @property
+    def filter_choices(self) -> list[Any]:
+        """The filters whose choices follow the index (``ChatApp.filter_choices``): the years' row, both years, venue."""
+        return [self.years_row, self.year_from, self.year_to, self.venue]
+
+    @property
+    def settings_box(self) -> list[Any]:
+        """The settings kept in the browser, in ``KEEP_SETTINGS_JS``'s order."""
+        return [self.backend, self.model, self.top_k, *self.filt, self.show_rewrite]
+
+
+class AnswerSlots:
+    """The answers this app is writing (its "generate" group: the chat's and /ask's), and whether the group was
+    full at some time since a moment: only then did an answer wait behind others. Why not the time between the
+    question and its answer step: that holds the steps before it, a slow link's round trips included (issue 45:
+    "waited 361 ms behind other answers" with none running)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.running = 0
+        self._full_since: float | None = None  # the group is full now, since then
+        self._full_until = float("-inf")  # it was last full until then
+        self._lock = threading.Lock()
+
+    def enter(self) -> None:
+        with self._lock:
+            self.running += 1
+            if self.running >= self.limit and self._full_since is None:
+                self._full_since = time.monotonic()
+
+    def leave(self) -> None:
+        with self._lock:
+            if self.running >= self.limit:
+                self._full_until, self._full_since = time.monotonic(), None
+            self.running = max(0, self.running - 1)
+
+    def full_since(self, moment: float) -> bool:
+        """Whether every slot was taken at some time since ``moment`` (``time.monotonic``)."""
+        with self._lock:
+            return self._full_since is not None or self._full_until >= moment
+
+    def counted(self, fn: Callable[..., T]) -> Callable[..., T]:
+        """``fn`` (an answer written outside the chat: ``/ask``) holding a slot while it runs."""
+
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> T:
+            self.enter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.leave()
+
+        return run
 
 
 class ChatApp:
@@ -152,13 +242,13 @@ class ChatApp:
         # The operator's --model (a name, or a GGUF path on their machine) is the backend's default.
         self.settings = with_default_model(settings, self.llm, self.model) if self.llm in backend_names() else settings
         self.engine = engine
-        years = [y for y in engine.index.field_values("year") if y is not None]
-        venues = [v for v in engine.index.field_values("venue") if v]
-        self.years: list[int] = sorted({int(y) for y in years})
-        self.venues: list[str] = sorted({str(v) for v in venues})
+        self._filter_cache: tuple[tuple[int, int], list[int], list[str]] | None = None
+        self.years, self.venues = self.filter_values()  # what the page is built with; each page load reads them anew
         self.n_papers = engine.index.count()
         self._claim_lock = threading.Lock()
         self.files: Path | None = None  # this server's private folder (``build``): exports and gradio's cache
+        self.slots = AnswerSlots(GENERATE_LIMIT)
+        self.demo_seconds: float | None = None  # how long the demo model's last answer here took (the pill says)
 
     # ------------------------------------------------------------------ helpers
     def index_line(self, n_papers: int) -> str:
@@ -200,6 +290,39 @@ class ChatApp:
 
     def new_state(self) -> UIState:
         return UIState(ChatSession(self.engine))
+
+    def filter_values(self) -> tuple[list[int], list[str]]:
+        """The years and venues the filters offer: those of the papers indexed now (papers come and go from the
+        Papers tab, or another process), each venue once under the name ``rag_papers.venues`` gives it.
+
+        Two queries of the registry's DISTINCT values (at a million papers of 400 venues, about 70 and 350 ms):
+        kept while the paper count and the newest paper are the same, which an add, a removal or a replaced
+        paper changes."""
+        store = self.engine.index.store
+        key = (store.count_cached(), store.max_seq())
+        if self._filter_cache is None or self._filter_cache[0] != key:
+            index = self.engine.index
+            years = sorted({int(y) for y in index.field_values("year") if y is not None})
+            venues = list(venue_groups(str(v) for v in index.field_values("venue") if v))
+            self._filter_cache = (key, years, venues)
+        return list(self._filter_cache[1]), list(self._filter_cache[2])
+
+    def filter_choices(self, year_from: Any = ANY, year_to: Any = ANY, venue: Any = ANY) -> tuple[Any, ...]:
+        """The years' row and the year and venue boxes with the index's values now, each keeping its value while
+        that is still offered (else "Any"); (row, from, to, venue)."""
+        self.years, self.venues = self.filter_values()
+        years: list[Any] = [ANY, *self.years]
+        venues: list[Any] = [ANY, *self.venues]
+
+        def kept(value: Any, allowed: list[Any]) -> Any:
+            return value if value in allowed else ANY
+
+        return (
+            gr.update(visible=bool(self.years)),
+            gr.update(choices=years, value=kept(year_from, years)),
+            gr.update(choices=years, value=kept(year_to, years)),
+            gr.update(choices=venues, value=kept(venue, venues), visible=bool(self.venues)),
+        )
 
     def filters(self, year_from: Any, year_to: Any, venue: Any, keyword: Any) -> Filters:
         def year(v: Any) -> int | None:
@@ -251,25 +374,27 @@ class ChatApp:
         return gr.update(value=str(write_references(self._folder(), papers, choice)), interactive=True)
 
     def _outputs(self, state: UIState, *, panel: bool = True, final: bool = False) -> tuple[Any, ...]:
-        """Values for (chatbot, panel, picker, state, export, stop, Ask, busy note), the outputs of every chat
-        step; ``final``: the answer is over, so Stop goes and Ask comes back."""
+        """Values for (chatbot, panel, picker, state, export, stop, Ask, busy note, Edit), the outputs of every
+        chat step; ``final``: the answer is over, so Stop goes, Ask comes back, and Edit while there is a question."""
         return (
             chat_messages(state),
             sources_panel(state) if panel else gr.skip(),
             radio_update(state) if panel else gr.skip(),
             state,
             self._export(state) if final else gr.skip(),
-            *(self._busy(False) if final else (gr.skip(),) * 3),
+            *(self._busy(False, editable=bool(state.exchanges)) if final else (gr.skip(),) * 4),
         )
 
     @staticmethod
-    def _busy(on: bool, again: bool = False) -> tuple[Any, Any, Any]:
-        """(Stop, Ask, note) while an answer runs (``on``) or not: Ask is off, and the note says why."""
+    def _busy(on: bool, again: bool = False, editable: bool = False) -> tuple[Any, Any, Any, Any]:
+        """(Stop, Ask, note, Edit) while an answer runs (``on``) or not: Ask is off, and the note says why; "Edit
+        last question" is on only when there is a last question to take back (``editable``) and none runs."""
         note = f'<div class="rp-busy{" rp-again" if again else ""}" role="status">{BUSY_AGAIN if again else BUSY_NOTE}</div>'
         return (
             gr.update(visible=on),
             gr.update(interactive=not on),
             gr.update(value=note if on else "", visible=on),
+            gr.update(interactive=editable and not on),
         )
 
     @staticmethod
@@ -308,7 +433,7 @@ class ChatApp:
             state.show_rewrite = bool(show_rewrite)
         question = (question or "").strip()
         if not question:
-            return ("", *self._skip(4), *self._skip(3), state, None)
+            return ("", *self._skip(4), *self._skip(4), state, None)
         if state.busy():  # said by the input, where the user looks (a toast from this step never showed)
             return (question, *self._skip(4), *self._busy(True, again=True), state, gr.skip())
         state.exchanges.append(Exchange(question, "search" if retrieval_only else "answer", again=state.regenerate))
@@ -371,11 +496,16 @@ class ChatApp:
         if state is None or pending is None or ex is None:
             yield self._skip()
             return
-        ex.queued = time.monotonic() - ex.started  # in the "generate" queue behind other sessions' answers
+        # In the "generate" queue behind other sessions' answers: only if every slot was taken meanwhile (the
+        # time since the question was sent holds the steps before this one too).
+        crowded = self.slots.full_since(ex.started)
+        self.slots.enter()
+        ex.queued = time.monotonic() - ex.started if crowded else 0.0
         try:
             backend_name, model_value = self.resolve(backend_name, model)
         except RagPapersError as exc:  # a name the server does not allow: shown, nothing looked up
             ex.error, ex.done = str(exc), True
+            self.slots.leave()
             yield self._outputs(state, final=True)
             return
         try:
@@ -389,6 +519,7 @@ class ChatApp:
                 self.filters(year_from, year_to, venue, keyword),
             )
         finally:
+            self.slots.leave()
             if not ex.done:  # cancelled (Stop, closed tab): leave a consistent history
                 ex.done = True
                 ex.stopped = True
@@ -448,6 +579,8 @@ class ChatApp:
             else:
                 assert answer is not None
                 self._finish(state, index, ex, answer, stream.result, model_wait * 1000)
+                if backend.demo and "generation_ms" in answer.timings:  # the pill says how long it takes here
+                    self.demo_seconds = answer.timings["generation_ms"] / 1000
         except Exception as exc:  # noqa: BLE001 - LLMError, RagPapersError or a bug: shown, never a traceback
             if not isinstance(exc, RagPapersError):
                 log.exception("answering %r failed", ex.question)
@@ -576,8 +709,12 @@ class ChatApp:
     # ------------------------------------------------------------ past chats (kept in the browser)
     @staticmethod
     def _past_update(stored: list[dict[str, Any]], current: str | None, query: Any = "") -> Any:
-        listed = history.choices(stored, str(query or ""))
-        return gr.update(choices=listed, value=current if any(v == current for _, v in listed) else None)
+        """The list of past chats (those ``query`` finds); a search that finds none says so under the label."""
+        query = str(query or "")
+        listed = history.choices(stored, query)
+        words = " ".join(re.sub(r"[^\w\s'.,:;?!/-]", " ", query).split())[:80]  # the box's info reads Markdown
+        missed = f"No past chat holds every word of “{words}”." if words and not listed else ""
+        return gr.update(choices=listed, value=current if any(v == current for _, v in listed) else None, info=missed)
 
     def remember(self, state: UIState | None, stored: Any, query: Any = "") -> tuple[Any, Any]:
         """After each answer (or Stop): this conversation saved first in the browser's history."""
@@ -597,19 +734,21 @@ class ChatApp:
         kept = history.rename(stored, str(chat_id), str(title))
         return kept, self._past_update(kept, str(chat_id), query), ""
 
-    def reopen(self, chat_id: Any, stored: Any, state: UIState | None) -> tuple[Any, ...]:
+    def reopen(self, chat_id: Any, stored: Any, state: UIState | None, show_rewrite: bool = False) -> tuple[Any, ...]:
         """Open a past chat: shown as it was, and its answered turns back in the session for follow-ups."""
         restored = history.restore(stored, str(chat_id or ""), ChatSession(self.engine))
         if restored is None:
             return self._skip()
-        restored.show_rewrite = state.show_rewrite if state is not None else False
+        restored.show_rewrite = state.show_rewrite if state is not None else show_rewrite
         return self._outputs(restored, final=True)
 
-    def on_load(self, stored: Any) -> tuple[Any, ...]:
-        """A fresh page (a reload too): the past chats listed, the latest reopened."""
+    def on_load(self, stored: Any, kept_settings: Any = None) -> tuple[Any, ...]:
+        """A fresh page (a reload too): the past chats listed, the latest reopened, with the rewrites shown if
+        the kept settings say so (read here: the switch's own restore may land before or after this)."""
         kept = history.entries(stored)
         latest = kept[0]["id"] if kept else None
-        shown = self.reopen(latest, kept, None) if latest else self._skip()
+        show = isinstance(kept_settings, dict) and kept_settings.get("show_rewrite") is True
+        shown = self.reopen(latest, kept, None, show) if latest else self._skip()
         return (*shown, self._past_update(kept, latest))
 
     def forget(self, chat_id: Any, stored: Any, state: UIState | None, query: Any = "") -> tuple[Any, ...]:
@@ -646,25 +785,15 @@ class ChatApp:
         return sources_panel(state), radio_update(state), state
 
     # ------------------------------------------------------------ settings (kept in the browser)
-    def keep_settings(
-        self, backend_name: Any, model: Any, top_k: Any, year_from: Any, year_to: Any, venue: Any, keyword: Any
-    ) -> dict[str, Any]:
-        """What the browser keeps of the settings, beside the past chats: a reload brings them back."""
-        return {
-            "backend": backend_name,
-            "model": model,
-            "top_k": top_k,
-            "year_from": year_from,
-            "year_to": year_to,
-            "venue": venue,
-            "keyword": keyword,
-        }
-
     def restore_settings(self, kept: Any) -> tuple[Any, ...]:
-        """The kept settings back in their controls (backend, model, top k, years, venue, keyword), each only if
-        this server still offers it; anything else (absent, tampered) is left as the page has it."""
-        if not isinstance(kept, dict) or not kept:
-            return tuple(gr.skip() for _ in range(7))
+        """A page load: the year and venue boxes offer the index's values now, and the kept settings go back in
+        their controls (backend, model, top k, years, venue, keyword, the rewrite switch), each only if this
+        server still offers it; anything else (absent, tampered) is left as the page has it.
+
+        Outputs: backend, model, top k, the years' row, from, to, venue, keyword, show rewrite."""
+        kept = kept if isinstance(kept, dict) else {}
+        row, *boxes = self.filter_choices()
+        years: list[Any] = [ANY, *self.years]
         name = kept.get("backend")
         name_ok = isinstance(name, str) and name in backend_names()
         choices = self.model_choices(name if name_ok else None, listed=False)
@@ -675,20 +804,22 @@ class ChatApp:
             else gr.skip()
         )
         top_k = kept.get("top_k")
-        years: list[Any] = [ANY, *self.years]
-
-        def pick(value: Any, allowed: list[Any]) -> Any:
-            return value if value in allowed else gr.skip()
-
-        keyword = kept.get("keyword")
+        venue = kept.get("venue")
+        venue = venue_name(venue) if isinstance(venue, str) and venue != ANY else venue  # a spelling kept before
+        for box, value, allowed in zip(
+            boxes, (kept.get("year_from"), kept.get("year_to"), venue), (years, years, [ANY, *self.venues]), strict=True
+        ):
+            if value in allowed:
+                box["value"] = value
+        keyword, show = kept.get("keyword"), kept.get("show_rewrite")
         return (
             name if name_ok else gr.skip(),
             model_update,
             int(top_k) if isinstance(top_k, int | float) and 1 <= top_k <= 20 else gr.skip(),
-            pick(kept.get("year_from"), years),
-            pick(kept.get("year_to"), years),
-            pick(kept.get("venue"), [ANY, *self.venues]),
+            row,
+            *boxes,
             keyword[:200] if isinstance(keyword, str) else gr.skip(),
+            show if isinstance(show, bool) else gr.skip(),
         )
 
     def filter_chips(self, year_from: Any, year_to: Any, venue: Any, keyword: Any) -> tuple[str, Any]:
@@ -702,26 +833,38 @@ class ChatApp:
         return ANY, ANY, ANY, "", filter_chips([]), gr.update(visible=False)
 
     def toggle_rewrite(self, show: bool, state: UIState | None) -> tuple[Any, ...]:
+        """The user ticked or cleared "Show rewritten question" (its ``input``: a restored value is applied by
+        ``on_load`` instead, which a redraw from no state here could overwrite)."""
         state = state or self.new_state()
         state.show_rewrite = bool(show)
         return chat_messages(state), state
 
-    def status(self, backend_name: str, model: str) -> str:
-        """The status pill for a backend and model choice (a choice the server refuses shows as bad)."""
+    def _check(self, backend_name: str, model: str) -> tuple[str, bool]:
+        """The status pill for a backend and model choice (a choice the server refuses shows as bad), and whether
+        ``auto`` found no LLM to answer."""
         try:
             name, value = self.resolve(backend_name, model)
         except RagPapersError as exc:
-            return status_html(str(exc), "bad")
-        return status_html(*backend_status(self.settings, name, value))
+            return status_html(str(exc), "bad"), False
+        line, level, quoting = backend_check(self.settings, name, value, self.demo_seconds)
+        return status_html(line, level), quoting
+
+    def status(self, backend_name: str, model: str) -> str:
+        """The status pill for a backend and model choice."""
+        return self._check(backend_name, model)[0]
 
     def on_backend(self, backend_name: str) -> tuple[Any, str]:
         """The backend changed: offer its models, its default selected, and check it."""
         return self.refresh_models(backend_name, "")
 
     def refresh_models(self, backend_name: str, model: str) -> tuple[Any, str]:
-        """Page load and "Check LLM": the backend's models now (Ollama may have pulled more), and its status."""
+        """Page load and "Check LLM": the backend's models now (Ollama may have pulled more), and its status. With
+        ``auto`` and no LLM reachable no model answers, and the box names none."""
         update = self._model_update(backend_name, model)
-        return update, self.status(backend_name, update.get("value") or "")
+        pill, quoting = self._check(backend_name, update.get("value") or "")
+        if quoting:
+            update = gr.update(choices=[], value=None, interactive=False, info=NO_LLM_INFO)
+        return update, pill
 
     # --------------------------------------------------------------------- API
     def api_ask(
@@ -729,18 +872,25 @@ class ChatApp:
         question: str,
         backend_name: str,
         model: str,
-        top_k: float,
+        top_k: Any,  # a number from the slider; from a raw API call, whatever was sent
         state: UIState | None,
     ) -> tuple[dict[str, Any], UIState]:
         """``/ask``: one turn of this client's conversation; returns the final answer and its sources."""
         state = state or self.new_state()
-        question = (question or "").strip()
+        question = (question or "").strip() if isinstance(question, str) else ""
         if not question:
             return {"error": "empty question"}, state
+        # The slider behind top_k has checked it already (launch._inputs_in_words words its refusal); these are
+        # the CLI's rules again, so that no value reaches the turn that int() or the retriever would fail on.
+        given = top_k if top_k not in (None, "") else None
+        bad = {**SearchRequest.problems(top_k=given), **self._api_numbers({"top_k": given})}
+        if bad:
+            return {"question": question, "error": f"bad parameters: {'; '.join(bad.values())}"}, state
         try:
             name, model_value = self.resolve(backend_name, model)  # only allowed names; never a path
             backend, _ = self.engine.backend(name, model_value)
-            standalone, stream = state.session.ask(question, backend, top_k=int(top_k or self.settings.top_k))
+            k = int(given) if given is not None else self.settings.top_k
+            standalone, stream = state.session.ask(question, backend, top_k=k)
             for _ in stream:
                 pass
             answer = stream.answer
@@ -770,6 +920,9 @@ class ChatApp:
         with 422 and the message before queuing; a caller that gets here anyway has it as ``error``.
         """
         given = {"query": query, "top_k": top_k, "year_min": year_min, "year_max": year_max}
+        bad = self._api_numbers(given)
+        if bad:
+            return {"error": f"bad search parameters: {'; '.join(bad.values())}"}
         try:
             request = SearchRequest.checked(**given, venue=venue, keyword=keyword)
         except RagPapersError as exc:
@@ -789,9 +942,19 @@ class ChatApp:
     ) -> list[dict[str, Any]]:
         """``/search``'s validator: one ``gr.validate`` per parameter, in ``api_search``'s order."""
         given = {"query": query, "top_k": top_k, "year_min": year_min, "year_max": year_max}
-        bad = SearchRequest.problems(**given, venue=venue, keyword=keyword)
+        bad = {**SearchRequest.problems(**given, venue=venue, keyword=keyword), **ChatApp._api_numbers(given)}
         names = ("query", "top_k", "year_min", "year_max", "venue", "keyword")
         return [gr.validate(name not in bad, bad.get(name, "")) for name in names]
+
+    @staticmethod
+    def _api_numbers(given: dict[str, Any]) -> dict[str, str]:
+        """The API's number parameters that are JSON true or false: pydantic's lax mode (``SearchRequest``) takes
+        ``true`` for 1, so ``top_k: true`` searched for one paper. Not a number in any API client's eyes: refused."""
+        return {
+            name: f"{name}: Input should be a whole number, not {str(value).lower()}"
+            for name, value in given.items()
+            if name != "query" and isinstance(value, bool)
+        }
 
     # ------------------------------------------------------------------ layout
     def build(self) -> gr.Blocks:
@@ -945,7 +1108,10 @@ class ChatApp:
         with gr.Row(elem_id="rp-controls"):
             ui.retrieval_only = _toggle("Retrieval only (list papers, no answer)", "rp-retrieval-only")
             ui.show_rewrite = _toggle("Show rewritten question", "rp-show-rewrite")
-            ui.edit = gr.Button("✎ Edit last question", size="md", elem_id="rp-edit", min_width=100, scale=1)
+            # Off until there is a last question to take back (``_busy``).
+            ui.edit = gr.Button(
+                "✎ Edit last question", size="md", elem_id="rp-edit", min_width=100, scale=1, interactive=False
+            )
             ui.new = gr.Button("New chat", size="md", elem_id="rp-new", min_width=100, scale=1)
             ui.export = gr.DownloadButton(
                 "Export .md",
@@ -994,8 +1160,9 @@ class ChatApp:
                 info=f"Search results; an answer reads at most {s.context_papers} of them (context_papers).",
                 elem_id="rp-topk",
             )
+            # Their choices follow the index: read anew on each page load and after Add papers or Remove.
             year_choices: list[Any] = [ANY, *self.years]
-            with gr.Row(visible=bool(self.years)):
+            with gr.Row(visible=bool(self.years), elem_id="rp-years") as ui.years_row:
                 ui.year_from = gr.Dropdown(year_choices, value=ANY, label="From year", elem_id="rp-year-from")
                 ui.year_to = gr.Dropdown(year_choices, value=ANY, label="To year", elem_id="rp-year-to")
             ui.venue = gr.Dropdown(
@@ -1105,6 +1272,7 @@ class ChatApp:
                 ui.stop,
                 ui.send,
                 ui.busy,
+                ui.edit,
                 ui.state,
                 ui.pending,
             ],
@@ -1186,7 +1354,7 @@ class ChatApp:
             [ui.stored, ui.past, ui.new_name],
             **_QUIET,
         )
-        ui.demo.load(self.on_load, [ui.stored], [*ui.chat_outputs, ui.past], **_QUIET)
+        ui.demo.load(self.on_load, [ui.stored, ui.kept_settings], [*ui.chat_outputs, ui.past], **_QUIET)
         # A click writes the file afresh (the old one may have been removed, EXPORT_KEEP_S): the next click has it.
         ui.export.click(self._export, [ui.state], [ui.export], **_QUIET)
         # The references follow the Markdown export (written anew at the end of each answer) and the format chosen.
@@ -1204,7 +1372,7 @@ class ChatApp:
             self.select_source, [ui.picker, ui.state], [ui.panel, ui.state], queue=False, api_visibility="private"
         )
         ui.panel.cite(self.on_cite, [ui.state], [ui.panel, ui.picker, ui.state], queue=False, api_visibility="private")
-        ui.show_rewrite.change(
+        ui.show_rewrite.input(
             self.toggle_rewrite,
             [ui.show_rewrite, ui.state],
             [ui.chatbot, ui.state],
@@ -1223,25 +1391,21 @@ class ChatApp:
             "api_visibility": "private",
             "show_progress": "hidden",
         }
-        # The kept settings first, then the models and the status for them (a user's change of backend is
-        # .input: restoring one must not reset the model to the backend's default).
-        settings_box = [ui.backend, ui.model, ui.top_k, *ui.filt]
-        ui.demo.load(self.restore_settings, [ui.kept_settings], settings_box, **_QUIET).then(
+        # The kept settings first (with the filters' choices now), then the models and the status for them (a
+        # user's change of backend is .input: restoring one must not reset the model to the backend's default).
+        restored = [ui.backend, ui.model, ui.top_k, ui.years_row, *ui.filt, ui.show_rewrite]
+        ui.demo.load(self.restore_settings, [ui.kept_settings], restored, **_QUIET).then(
             self.refresh_models, [ui.backend, ui.model], [ui.model, ui.status], **status_args
         ).then(self.filter_chips, ui.filt, [ui.chips, ui.clear_filters], **_QUIET)
+        # Kept by the page itself, with no request: a server-side handler took the controls' values as inputs,
+        # and a change fired while a restore was half applied sent the model box's old value against its new
+        # choices, which gradio answered with HTTP 500 on every load (issue 45).
         gr.on(
-            [
-                ui.backend.change,
-                ui.model.change,
-                ui.top_k.change,
-                ui.year_from.change,
-                ui.year_to.change,
-                ui.venue.change,
-                ui.keyword.change,
-            ],
-            self.keep_settings,
-            settings_box,
+            [box.change for box in ui.settings_box],
+            None,
+            ui.settings_box,
             ui.kept_settings,
+            js=KEEP_SETTINGS_JS,
             **_QUIET,
         )
         # The index may have grown since the app started (an `ingest` beside it): say what it holds now.
@@ -1254,7 +1418,7 @@ class ChatApp:
     def _wire_api(self, ui: Parts) -> None:
         """The /ask, /new_chat and /search API endpoints."""
         ui.api_go.click(
-            self.api_ask,
+            self.slots.counted(self.api_ask),  # it takes a slot of the answers' group: a chat answer may wait for it
             [ui.api_question, ui.api_backend, ui.api_model, ui.top_k, ui.state],
             [ui.api_out, ui.state],
             api_name="ask",
@@ -1276,17 +1440,20 @@ class ChatApp:
             "api_visibility": "private",
             "show_progress": "hidden",
         }
-        ui.demo.load(
+        # The sort box shows the sort applied (search sets it), so only the user's own choice (.input) sorts anew.
+        listed = [ui.papers_list, ui.papers_view, ui.papers_sort]
+        gr.on(
+            [ui.demo.load, ui.papers_q.submit, ui.papers_q.change],
             papers_tab.search,
-            [ui.papers_q, ui.papers_sort, ui.papers_picked],
-            [ui.papers_list, ui.papers_view],
+            [ui.papers_q, ui.papers_sort, ui.papers_picked, ui.papers_view],
+            listed,
+            trigger_mode="always_last",
             **papers_args,
         )
-        gr.on(
-            [ui.papers_q.submit, ui.papers_q.change, ui.papers_sort.change],
-            papers_tab.search,
+        ui.papers_sort.input(
+            papers_tab.sort_by,
             [ui.papers_q, ui.papers_sort, ui.papers_picked],
-            [ui.papers_list, ui.papers_view],
+            listed,
             trigger_mode="always_last",
             **papers_args,
         )
@@ -1308,7 +1475,7 @@ class ChatApp:
             [ui.papers_notice, ui.papers_list, ui.papers_view, ui.brand, ui.index_line, ui.upload],
             show_progress="full",
             **write_args,
-        )
+        ).then(self.filter_choices, ui.filter_choices[1:], ui.filter_choices, **_QUIET)
         # Ticks are taken one at a time (each is a change to the session's selection, applied in order).
         ui.papers_list.pick(
             library.pick,
@@ -1345,7 +1512,7 @@ class ChatApp:
             ],
             show_progress="minimal",
             **write_args,
-        )
+        ).then(self.filter_choices, ui.filter_choices[1:], ui.filter_choices, **_QUIET)
         ui.papers_list.ask(papers_tab.ask, None, [ui.tabs, ui.msg], queue=False, api_visibility="private").then(
             None, js="() => { const t = document.querySelector('#rp-input textarea'); if (t) t.focus(); }"
         )

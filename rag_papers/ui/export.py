@@ -14,9 +14,13 @@ from pathlib import Path
 
 from rag_papers import __version__
 from rag_papers.corpus import Paper, clip, plain_text
+from rag_papers.retrieve import Hit
 from rag_papers.ui import files
-from rag_papers.ui.render import md_inert
+from rag_papers.ui.refs import safe_url
+from rag_papers.ui.render import doubt, md_inert
 from rag_papers.ui.state import UIState
+
+AUTHORS_SHOWN = 6  # a reference names this many authors, then "et al."
 
 _MD_CITE_RE = re.compile(r"\[(\d+)\](?!:)")  # "[n]:" would define a link, so it is escaped
 
@@ -44,6 +48,28 @@ def _where(venue: str | None, year: int | None) -> str:
     """A reference's venue and year ("ICLR 2026, "), or "" when the record has neither."""
     said = " ".join(x for x in (_md_line(venue or ""), str(year) if year else "") if x)
     return f"{said}, " if said else ""
+
+
+def _link(url: str | None) -> str:
+    """A paper's address as a Markdown autolink, as the sources panel links it: only an http(s) one (``safe_url``)
+    with nothing an autolink cannot hold; any other is written as text."""
+    safe = safe_url(url)
+    if safe and not re.search(r"[<>\x00-\x20\x7f]", safe):
+        return f"<{safe}>"
+    return _md_line(url or "")
+
+
+def _reference(it: Hit, paper: Paper | None) -> str:
+    """One entry of an answer's References: number, title, venue and year, id; then the authors and the link of
+    its paper (the registry's record, which the hit does not carry)."""
+    line = f"- [{it.n}] {_md_line(it.title)} ({_where(it.venue, it.year)}id {_md_id(it.id)})"
+    authors = [a for a in (paper.authors or []) if a.strip()] if paper is not None else []
+    if authors:
+        named = ", ".join(authors[:AUTHORS_SHOWN]) + (" et al." if len(authors) > AUTHORS_SHOWN else "")
+        line += f" · {_md_line(named)}"
+    if paper is not None and paper.url and paper.url.strip():
+        line += f" · {_link(paper.url.strip())}"
+    return line
 
 
 def _claim_line(text: str, supported: bool, support: float, cited: list[str], numbers: dict[str, int]) -> str:
@@ -79,9 +105,12 @@ def export_markdown(state: UIState) -> str:
             ]
             lines.append("")
         else:
+            warning = doubt(ex.answer) if not ex.error else None
             if ex.refused:
                 lines += [f"**Not covered.** {_md_text(ex.text)}", ""]
             elif ex.text:
+                if warning:  # said before the text, as the chat says it
+                    lines += [f"> {_md_line(warning)}.", ""]
                 lines += [_md_text(ex.text.strip()), ""]
             answer = ex.answer
             if answer is not None and not ex.refused:
@@ -101,9 +130,7 @@ def export_markdown(state: UIState) -> str:
             refs = [it for it in ex.items if it.cited] or ([] if ex.refused else ex.items)
             if refs and not ex.refused:
                 lines += ["**References**", ""]
-                lines += [
-                    f"- [{it.n}] {_md_line(it.title)} ({_where(it.venue, it.year)}id {_md_id(it.id)})" for it in refs
-                ]
+                lines += [_reference(it, ex.papers.get(it.id)) for it in refs]
                 lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 

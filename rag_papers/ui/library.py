@@ -159,7 +159,12 @@ class Library:
                     yield self._said(f"Unexpected error ({type(exc).__name__}); the app is still running.", "bad")
                 return
             html, shown = self.papers.redraw(view, picked)
-            yield (notice_html(report.summary(), "ok"), html, shown, *self.header(), None)
+            line = report.summary()
+            if report.damaged:  # named as the CLI names them (FILE:LINE: why), by the names the user gave the files
+                named = "; ".join(d.replace(f"{folder}/", "") for d in report.damaged[:3])
+                more = f" (and {len(report.damaged) - 3} more)" if len(report.damaged) > 3 else ""
+                line += f". Skipped: {named}{more}"
+            yield (notice_html(line, "ok"), html, shown, *self.header(), None)
         finally:
             self._lock.release()
 

@@ -118,11 +118,14 @@ class PapersTab:
         self.index = index
         self.removable = removable  # rows get a box to select them for "Remove" (library.py)
 
-    def show(self, query: str, sort: str, page: int = 1, picked: Any = None) -> tuple[str, dict[str, Any]]:
-        """(the list's HTML, the view to keep: query, sort and page as shown); ``picked``: the selection."""
+    def show(
+        self, query: str, sort: str, page: int = 1, picked: Any = None, wanted: str | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        """(the list's HTML, the view to keep: query, sort applied, sort wanted and page as shown); ``picked``: the
+        selection; ``wanted``: the sort the user chose, when ``sort`` is one applied for them."""
         pg = browse(self.index, query, sort, page)
         html = papers_html(pg, picks(picked) if self.removable else None)
-        return html, {"query": pg.query, "sort": sort, "page": pg.page}
+        return html, {"query": pg.query, "sort": pg.sort, "wanted": wanted or sort, "page": pg.page}
 
     def redraw(self, view: dict[str, Any] | None, picked: Any = None) -> tuple[str, dict[str, Any]]:
         """The page on show again, after papers came or went (it may now be past the last page)."""
@@ -131,11 +134,23 @@ class PapersTab:
             page = int(view.get("page", 1))
         except (TypeError, ValueError):
             page = 1
-        return self.show(str(view.get("query", "")), str(view.get("sort", "relevance")), page, picked)
+        return self.show(str(view.get("query", "")), str(view.get("sort", "relevance")), page, picked, _wanted(view))
 
-    def search(self, query: str, sort: str, picked: Any = None) -> tuple[str, dict[str, Any]]:
-        """The search box or the sort changed: the first page (the selection stays)."""
-        return self.show(query, sort, 1, picked)
+    def search(self, query: str, sort: str, picked: Any = None, view: Any = None) -> tuple[str, dict[str, Any], Any]:
+        """The search box changed (or the page loaded): the first page (the selection stays), in the sort the user
+        chose last, and the sort box showing the sort applied: "Best match" needs words to rank by, so without
+        them the list is by title and the box says so; words typed again bring "Best match" back (issue 45: the
+        box said "Best match" over a list "sorted by title"). (list, view, sort box)"""
+        wanted = _wanted(view) if isinstance(view, dict) else None
+        return self._sorted(query, wanted or sort, picked)
+
+    def sort_by(self, query: str, sort: str, picked: Any = None) -> tuple[str, dict[str, Any], Any]:
+        """The user chose a sort: the first page in it (as far as the query allows: ``search``)."""
+        return self._sorted(query, sort, picked)
+
+    def _sorted(self, query: str, wanted: str, picked: Any) -> tuple[str, dict[str, Any], Any]:
+        html, view = self.show(query, wanted, 1, picked)
+        return html, view, gr.update(value=view["sort"])
 
     def go(self, view: dict[str, Any] | None, picked: Any, evt: gr.EventData) -> tuple[str, dict[str, Any]]:
         """A page button: that page of the list on show (the query applied, not one half typed)."""
@@ -145,7 +160,7 @@ class PapersTab:
             page = int(data.get("page", 1))
         except (TypeError, ValueError):
             page = 1
-        return self.show(str(view.get("query", "")), str(view.get("sort", "relevance")), page, picked)
+        return self.show(str(view.get("query", "")), str(view.get("sort", "relevance")), page, picked, _wanted(view))
 
     def ask(self, evt: gr.EventData) -> tuple[Any, Any]:
         """ "Ask about this paper": the Chat tab, with a question about the paper in the input box."""
@@ -156,6 +171,12 @@ class PapersTab:
             gr.Warning("That paper is no longer in the index.")
             return gr.skip(), gr.skip()
         return gr.Tabs(selected="chat"), gr.update(value=ask_question(paper))
+
+
+def _wanted(view: dict[str, Any]) -> str | None:
+    """The sort a user chose, as a view keeps it (None when it holds none)."""
+    wanted = view.get("wanted")
+    return wanted if wanted in SORTS else None
 
 
 def picked_papers(index: Index, picked: Any) -> list[Paper]:

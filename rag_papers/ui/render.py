@@ -22,6 +22,7 @@ import jinja2
 import markupsafe
 
 from rag_papers import __version__
+from rag_papers.answer import Answer
 from rag_papers.corpus import Paper, clip, plain_text, sentences
 from rag_papers.retrieve import Hit
 from rag_papers.ui.refs import PaperInfo, first_sentence, paper_info, reference_line
@@ -181,11 +182,58 @@ def answer_html(text: str, index: int, items: list[Hit], refused: bool = False, 
 
 
 # ------------------------------------------------------------------------ chat
+# The answer stage's note for an answer that cites nothing (``answer.AnswerStream``): said in the warning above a
+# doubtful answer instead, so it is not said twice.
+CITES_NOTHING = "the answer cites no source; treat it with care"
+
+
+def doubt(answer: Answer | None) -> str | None:
+    """The warning that goes above an answer most of whose claims the cited abstracts do not support, or None.
+
+    Why above, with the text folded under it: a reader trusts what they read first, and an LLM's invented prose
+    read first misled (issue 45: "⚠ 5 of 5 claims not supported" came only after it). Most: more than half.
+    """
+    if answer is None or answer.refused or not answer.claims:
+        return None
+    bad, n = len(answer.unsupported), len(answer.claims)
+    if 2 * bad <= n:
+        return None
+    cites = "" if answer.citations else "; the answer cites no source"
+    return (
+        f"⚠ {bad} of {n} claim{'s' if n != 1 else ''} not supported by the abstracts cited{cites}: treat it with care"
+    )
+
+
+def _notice_left(notice: str, warned: bool) -> str:
+    """An answer's notice, less what the warning above it already says."""
+    if not warned:
+        return notice
+    return "; ".join(p for p in notice.replace(CITES_NOTHING, "").split("; ") if p.strip())
+
+
+def _filters_first(text: str) -> str:
+    """A refusal under filters with the answer stage's filter line first: it names why nothing is answered, and a
+    line before it (what the question names that no abstract has) would bury it."""
+    at = text.find("The filters (")
+    if at <= 0:
+        return text
+    return f"{text[at:].strip()}\n\n{text[:at].strip()}"
+
+
+def _names_filters(ex: Exchange) -> bool:
+    """Whether the exchange's own text already says the filters narrowed it (the answer stage's refusal, or
+    ``run_search``'s line), so the page's note would say it twice."""
+    return "The filters" in ex.text
+
+
 def render_exchange(index: int, ex: Exchange, show_rewrite: bool) -> str:
     """The assistant message (HTML blocks separated by blank lines, for the Chatbot's Markdown) for one exchange."""
     parts: list[str] = []
     if show_rewrite and ex.standalone and ex.standalone != ex.question:
         parts.append(_macro("chat.html", "searched", ex.standalone))
+    warning = doubt(ex.answer) if ex.done and not ex.error and ex.mode == "answer" else None
+    if warning:  # first of all: most claims fail, so the text below is not to be read as the abstracts'
+        parts.append(_macro("chat.html", "doubt", warning))
     if ex.reasoning:  # a thinking model's reasoning: folded, apart from the answer, never part of it
         parts.append(_macro("chat.html", "reasoning", ex.reasoning, ex.thinking_s, ex.phase == "thinking"))
     if ex.mode == "search" and ex.done and not ex.error:
@@ -195,16 +243,17 @@ def render_exchange(index: int, ex: Exchange, show_rewrite: bool) -> str:
             parts.append(_macro("chat.html", "hits_head", len(ex.items), ex.relevant))
             parts.append(_macro("chat.html", "hits", index, ex.items))
     elif ex.text:
-        text = ex.text
+        text = _filters_first(ex.text) if ex.refused and ex.filters else ex.text
         caveat = ex.answer.caveat if ex.answer is not None else None
         if caveat:  # the no-LLM answer's first line says it; the note above shows that line instead
             first, _, rest = text.partition("\n")
             parts.append(_macro("chat.html", "caveat", first if first.startswith(caveat) else caveat))
             text = rest if first.startswith(caveat) else text
-        parts.append(answer_html(text, index, ex.items, ex.refused, not ex.done))
+        shown = answer_html(text, index, ex.items, ex.refused, not ex.done)
+        parts.append(_macro("chat.html", "doubtful", markupsafe.Markup(shown)) if warning else shown)
         if ex.done and ex.answer is not None and ex.answer.claims and not ex.refused:
             numbers = {it.id: it.n for it in ex.items}
-            parts.append(_macro("chat.html", "claims", index, ex.answer.claims, numbers))
+            parts.append(_macro("chat.html", "claims", index, ex.answer.claims, numbers, bool(warning)))
     elif not ex.done:
         if ex.phase == "rewriting":
             what = PHASE_WORDS["rewriting"]
@@ -217,14 +266,15 @@ def render_exchange(index: int, ex: Exchange, show_rewrite: bool) -> str:
             what += f" {waited:.0f} s"
         parts.append(_macro("chat.html", "thinking", what))
     narrowed = ex.refused or (ex.mode == "search" and (not ex.relevant or not ex.items))
-    if ex.filters and ex.done and not ex.error and narrowed:
+    if ex.filters and ex.done and not ex.error and narrowed and not _names_filters(ex):
         parts.append(_macro("filters.html", "narrowed", ex.filters))
     if ex.stopped:
         parts.append(_macro("chat.html", "stopped"))
     if ex.error:
         parts.append(_macro("chat.html", "error", ex.error))
-    if ex.notice and ex.done and not ex.error:
-        parts.append(_macro("chat.html", "notice", ex.notice))
+    notice = _notice_left(ex.notice, bool(warning))
+    if notice and ex.done and not ex.error:
+        parts.append(_macro("chat.html", "notice", notice))
     if ex.footer:
         parts.append(_macro("chat.html", "meta", ex.footer))
     return "\n\n".join(parts)
@@ -324,8 +374,11 @@ def filter_chips(parts: list[str]) -> str:
 
 
 def status_html(text: str, level: str) -> str:
-    """The LLM status pill; ``level`` is "ok", "warn" or "bad"."""
-    return _macro("header.html", "status", text, level)
+    """The LLM status pill; ``level`` is "ok", "info", "warn" or "bad". A command in backticks (`ollama serve`)
+    shows as code, not as backticks; the pill's tooltip has the line as plain text."""
+    pieces = re.split(r"`([^`]+)`", text)  # text, command, text, ...
+    segments = [(i % 2 == 1, piece) for i, piece in enumerate(pieces) if piece]
+    return _macro("header.html", "status", segments, "".join(pieces), level)
 
 
 def brand_html(n_papers: int) -> str:

@@ -98,3 +98,13 @@ if (!window.__rpCard) {
     if (!queued) { queued = true; requestAnimationFrame(() => { name(); nameMessages(); }); }
   }).observe(document.body, {childList: true, subtree: true, characterData: true, attributes: true, attributeFilter: ['aria-label']});
 }
+
+// Every upload printed "Method not implemented." (a console warning): gradio's client hands the upload-progress
+// bar a stand-in EventSource whose close() only warns (gradio 6.31, client/js/src/utils/stream.ts; the bar calls it
+// when the upload is done: gradio-app/gradio#12002, open). That close is a no-op by design there (the stream ends
+// with the upload); this one message, word for word, is dropped, every other warning is kept.
+if (!window.__rpQuietClose) {
+  window.__rpQuietClose = true;
+  const warn = console.warn.bind(console);
+  console.warn = (...args) => { if (!(args.length === 1 && args[0] === 'Method not implemented.')) warn(...args); };
+}
