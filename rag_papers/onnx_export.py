@@ -130,7 +130,7 @@ def _export_raw(info: ModelInfo, dest: Path) -> None:
     from transformers.utils import logging as hf_logging
 
     # Its "Loading weights" bar is not this job's progress: export_onnx says what is happening.
-    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    hf_logging.disable_progress_bar()
     model = AutoModel.from_pretrained(str(info.path), attn_implementation="eager").eval()
 
     import inspect
@@ -138,7 +138,7 @@ def _export_raw(info: ModelInfo, dest: Path) -> None:
     # BERT-style models take token types, MPNet-style ones do not: export what the model accepts.
     with_types = "token_type_ids" in inspect.signature(model.forward).parameters
 
-    class Wrapped(torch.nn.Module):
+    class Wrapped(torch.nn.Module):  # type: ignore[misc]  # torch is not analysed (pyproject.toml): Any
         def __init__(self, inner: Any) -> None:
             super().__init__()
             self.inner = inner

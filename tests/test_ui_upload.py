@@ -63,7 +63,7 @@ BROKEN_BIB = """@article{broken2024,
 
 @article{fine2024,
   title = {A fine entry after the broken one},
-  abstract = {Beekeepers on rooftops kept their colonies through winter as often as rural hives did.},
+  abstract = {Tide gauges in three harbours recorded the same surge within minutes of each other.},
 }
 """
 BEES_RIS = """TY  - JOUR
@@ -202,8 +202,11 @@ def test_a_damaged_record_is_skipped_and_named_and_the_good_ones_go_in(
     user named it, not a server path) and line."""
     open_papers(page, upload_app.url)
     before = count(page)
-    coastal = BEES_RIS.replace("Rooftop beekeeping through the winter", "Coastal rooftop hives in salt winds").replace(
-        "Keeper, Bea", "Gull, Ada"
+    # Its own words (no "rooftop" nor "beekeeping"): the module's app is shared, and other tests search for those.
+    coastal = (
+        "TY  - JOUR\nTI  - Salt spray on coastal lighthouse lenses\nAU  - Gull, Ada\nPY  - 2021\n"
+        "T2  - Marine Optics Letters\nAB  - Salt spray clouds the lenses of coastal lighthouses within weeks. A\n"
+        "AB  - hydrophobic coating kept twelve lenses clear for a year of winter storms.\nER  -\n"
     )
     good = write(tmp_path, "coastal.ris", coastal)
     line = upload(page, write(tmp_path, "broken.bib", BROKEN_BIB), good)

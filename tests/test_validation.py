@@ -114,7 +114,8 @@ def test_a_rebuild_killed_midway_leaves_the_old_index_whole(seeded: Settings, tm
     """--rebuild builds the new index beside the old one: killed at any point before the swap, the
     old index answers as before, and no staging folder is taken for part of the index."""
     env = {**os.environ, "RAG_PAPERS_HOME": str(seeded.home)}
-    big = synth(tmp_path / "big.jsonl", 600)
+    n = 160  # five batches of 32: it is killed after one, with more to write
+    big = synth(tmp_path / "big.jsonl", n)
     proc = subprocess.Popen(
         [str(VENV_BIN / "rag-papers"), "ingest", "--rebuild", str(big)],
         env=env,
@@ -131,7 +132,7 @@ def test_a_rebuild_killed_midway_leaves_the_old_index_whole(seeded: Settings, tm
         if not ch:
             break
         seen += ch
-        if "ingest:" in seen and any(f" {n}/600" in seen for n in range(40, 600)):
+        if "ingest:" in seen and any(f" {k}/{n}" in seen for k in range(32, n)):
             break
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
@@ -143,7 +144,7 @@ def test_a_rebuild_killed_midway_leaves_the_old_index_whole(seeded: Settings, tm
     # A later rebuild completes and replaces it, leaving no staging folders behind.
     res = run_main("ingest", "--no-progress", "--rebuild", str(tmp_path / "big.jsonl"), env=home_env)
     assert res.returncode == 0, res.stderr
-    assert len(papers_json(home_env)) == 600
+    assert len(papers_json(home_env)) == n
     assert not [p.name for p in seeded.home.iterdir() if p.name.startswith(".rebuild")]
 
 
