@@ -182,6 +182,23 @@ class CoverageSettings(BaseModel):
         "the question's mean cosine over a sample of the index gets the loose-match line (a topic no abstract is "
         "about: the nearest papers are only the field's neighbours); 0: never.",
     )
+    # Chosen on the read rounds of eval/qa.jsonl (dev of 1-3, rounds 4-33; eval/everyday_study.py): over the
+    # margin, 3 of the 6 unrelated questions the floor let through, and no answerable question or near-miss.
+    # Cosines of the default model; the mpnet preset turns it off (not fitted on its scale). 0 turns it off.
+    everyday_margin: float = Field(
+        default=0.2,
+        ge=0,
+        le=2,
+        description="A question that passes the floor is refused as an everyday one when its cosine to the nearest "
+        "everyday question (rag_papers/words/everyday.txt) exceeds its best paper's by more than this (0: never).",
+    )
+    everyday_best: float = Field(
+        default=0.4,
+        ge=0,
+        le=1,
+        description="...and only while its best paper's cosine is under this: a close match is never overruled (an "
+        "index about sleep or cooking answers everyday questions).",
+    )
     background_papers: int = Field(
         default=64, ge=1, le=10_000, description="Papers sampled to stand for the index's field (flat_lift)."
     )

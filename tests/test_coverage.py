@@ -833,10 +833,46 @@ def test_a_loose_match_on_names_no_abstract_has_is_refused(engine: Engine) -> No
     kept = anchored.run()
     assert not kept.refused and kept.uncovered == ["QLoRA", LOOSE_MATCH], kept.uncovered
     assert kept.answer.startswith("No indexed abstract mentions QLoRA, and the abstracts match the question only")
-    # A clear match is not touched: the same names, no loose line.
-    off = Engine(with_coverage(s, loose_match=0.0), engine.index)
+    # A clear match is not touched: the same names, no loose line (and the everyday rule, which refuses this
+    # question too, off).
+    off = Engine(with_coverage(s, loose_match=0.0, everyday_margin=0.0), engine.index)
     plain = off.ask(q, ExtractiveBackend(off.settings)).run()
     assert not plain.refused and plain.uncovered == ["Sicilian Defence"], plain.uncovered
+
+
+# Everyday questions that share one ordinary word with an abstract (read rounds 1 and 33: a board game and the
+# game-theory paper, memory for names and associative memory); and answerable ones nearest them in the read rounds.
+EVERYDAY = [
+    "What is a good board game for a family of five with young kids?",
+    "How can I improve my memory for people's names at parties?",
+    "Which board game is good for a family game night with young children?",
+]
+NEAR_EVERYDAY = [
+    "Which papers model strategic interaction between several players using game theory?",
+    "Which papers involve games or game theory?",
+    "If I give a chatbot a long list of who likes what and then ask about one of them, how does it find the answer?",
+]
+
+
+@pytest.mark.parametrize("question", EVERYDAY)
+def test_an_everyday_question_that_shares_a_word_with_an_abstract_is_refused(engine: Engine, question: str) -> None:
+    """Relevance passed the floor on one everyday word ("game", "memory") and the closest paper was quoted. The
+    question stands nearer an everyday question (``rag_papers/words/everyday.txt``) than any abstract by more than
+    ``coverage.everyday_margin``: refused before any model is asked, and the answer says why."""
+    s = engine.settings
+    assert engine.search(question).relevant  # the floor alone lets it through
+    fake = FakeBackend()
+    ans = engine.ask(question, fake).run()
+    assert ans.refused and ans.citations == [] and fake.calls == [], ans.answer
+    assert "everyday" in ans.answer, ans.answer
+    off = Engine(with_coverage(s, everyday_margin=0.0), engine.index)
+    assert not off.ask(question, ExtractiveBackend(s)).run().refused
+
+
+@pytest.mark.parametrize("question", NEAR_EVERYDAY)
+def test_a_research_question_in_everyday_words_is_still_answered(engine: Engine, question: str) -> None:
+    ans = engine.ask(question, ExtractiveBackend(engine.settings)).run()
+    assert not ans.refused and ans.citations, ans.answer
 
 
 def test_a_training_detail_the_abstract_never_states_is_said_missing(engine: Engine) -> None:

@@ -3,6 +3,8 @@
 Its parts, in the order they decide:
 - retrieval found nothing relevant (``SearchResult.relevant``), unless the question asks papers only for a property
   they state of themselves ("Which papers link their code?") and one states it: refused before any LLM is asked;
+- an everyday question (``everyday``: nearer one of ``rag_papers/words/everyday.txt`` than any abstract, by
+  ``coverage.everyday_margin``) that passed the floor on an everyday word it shares with an abstract: refused too;
 - a loose match (``loose``: relevance under ``coverage.loose_match`` with no close sentence, or a technical question
   whose papers stand barely above the index's field, ``coverage.flat_lift``) whose every name is in no indexed
   abstract: refused too;
@@ -15,7 +17,7 @@ Every threshold is a field of ``Settings.coverage`` or ``Settings.quoting``; the
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rag_papers import RagPapersError
 from rag_papers.config import Settings
@@ -24,11 +26,33 @@ from rag_papers.judge.aspects import Analysis, Coverage, analyse, decide, states
 from rag_papers.judge.base import Addresses, PaperVerdict, Verdict
 from rag_papers.judge.quotes import candidates, extractive
 from rag_papers.judge.words import DESCRIPTION, NAME
+from rag_papers.paths import load_words
 
 if TYPE_CHECKING:
     from rag_papers.embedding import TextEmbedder
     from rag_papers.judge.question import Question
     from rag_papers.retrieve import Hit, SearchResult
+
+
+# The everyday questions' vectors, per embedding model (embedded once a process): ``nearest_everyday``.
+_EVERYDAY: dict[int, tuple[object, Any]] = {}
+
+
+def nearest_everyday(embedder: TextEmbedder, query_vec: list[float]) -> float:
+    """The query's best cosine to the everyday questions (``rag_papers/words/everyday.txt``), by ``embedder``, the
+    model that embedded ``query_vec``."""
+    import numpy as np
+
+    held = _EVERYDAY.get(id(embedder))
+    if held is None or held[0] is not embedder:
+        texts = sorted(load_words("everyday"))
+        vecs = np.asarray(embedder.embed_documents(texts), dtype=np.float32)
+        tiny = np.finfo(np.float32).tiny
+        vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), tiny)
+        held = _EVERYDAY[id(embedder)] = (embedder, vecs)
+    q = np.asarray(query_vec, dtype=np.float32)
+    q /= max(float(np.linalg.norm(q)), float(np.finfo(np.float32).tiny))
+    return float(np.max(held[1] @ q))
 
 
 class RuleJudge:
@@ -68,6 +92,14 @@ class RuleJudge:
         loose = relevant and "unknown-names" not in off and self.loose(q, result)
         unknown = self._unknown_names(q, every=True) if loose else None
         if relevant and unknown is None:
+            if self.everyday(result):
+                return Verdict(
+                    self.name,
+                    refused=True,
+                    kind="everyday",
+                    reason="an everyday question, nearer everyday questions than any indexed abstract: no LLM called",
+                    caveat="The question reads as an everyday one, not one the indexed abstracts are about",
+                )
             return None
         if unknown is not None:
             unknown.loose = True
@@ -112,6 +144,21 @@ class RuleJudge:
             if h.id in result.papers and any(map(states, quotable_sentences(result.papers[h.id].abstract, True)))
         ]
         return bool(stated), stated or list(result.above_floor)
+
+    def everyday(self, result: SearchResult) -> bool:
+        """Whether the question is an everyday one that passed the floor on an everyday word it shares with an
+        abstract ("a good board game for a family" and the game-theory paper; read rounds 1 and 33): its cosine to
+        the nearest everyday question exceeds its best paper's by more than ``everyday_margin``, while no paper
+        matches it closely (``everyday_best``). Relative to the index: a question an abstract is about stands nearer
+        that abstract."""
+        c = self.settings.coverage
+        if not c.everyday_margin or self.embedder is None or result.query_vec is None or not result.results:
+            return False
+        judged = sorted(result.results, key=lambda h: (-h.score, h.id))[: self.settings.top_k]
+        best = max(h.dense_score for h in judged)
+        if best >= c.everyday_best:
+            return False
+        return nearest_everyday(self.embedder, result.query_vec) - best > c.everyday_margin
 
     def loose(self, q: Question, result: SearchResult) -> bool:
         """Whether the papers were found relevant only just: hybrid relevance under ``loose_match`` and no sentence of
