@@ -159,31 +159,37 @@ def main(argv: list[str] | None = None) -> int:
 def markdown(report: dict[str, Any]) -> str:
     base = report["rules"]["all rules"]
     ans, near = base["answerable"], base.get("near-miss", {"n": 0, "flagged": 0})
+    off = base.get("off-topic", {"n": 0, "refused": 0})
     lines = [
         "# What each rule buys (eval/ablation.py)",
         "",
         f"{report['questions']} read questions (dev of rounds 1 to 3, rounds 4 to {LAST_READ_ROUND}), judged with no LLM."
         f" With every rule: near-misses flagged {near['flagged']} of {near['n']}, answerable caveated"
-        f" {ans['caveated']} and refused {ans['refused']} of {ans['n']}, gold cited {ans['gold_cited']}.",
+        f" {ans['caveated']} and refused {ans['refused']} of {ans['n']}, gold cited {ans['gold_cited']}, unrelated"
+        f" questions refused {off['refused']} of {off['n']}.",
         "",
-        "Each row switches one rule off. Its columns say what the rule buys: the near-misses it flags, the answerable"
-        " questions it caveats or refuses, the gold papers it costs (or saves: negative). net = flagged - caveated -"
-        " refused - gold lost; a rule pays for itself when net > 0.",
+        "Each row switches one rule off. Its columns say what the rule buys: the near-misses it flags, the unrelated"
+        " questions it refuses, the answerable questions it caveats or refuses, the gold papers it costs (or saves:"
+        " negative). net = flagged + unrelated refused - caveated - refused - gold lost; a rule pays for itself when"
+        " net > 0.",
         "",
-        "| rule | near-misses flagged | answerable caveated | answerable refused | gold cited lost | net | verdict |",
-        "|---|---|---|---|---|---|---|",
+        "| rule | near-misses flagged | unrelated refused | answerable caveated | answerable refused | gold cited lost"
+        " | net | verdict |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name, t in report["rules"].items():
         if name == "all rules":
             continue
         a, nm = t["answerable"], t.get("near-miss", {"flagged": 0})
         flagged = near["flagged"] - nm["flagged"]
+        unrelated = off["refused"] - t.get("off-topic", {"refused": 0})["refused"]
         caveated = ans["caveated"] - a["caveated"]
         refused = ans["refused"] - a["refused"]
         lost = a["gold_cited"] - ans["gold_cited"]  # gold the rule loses (cited without it, not with it)
-        net = flagged - caveated - refused - lost
-        verdict = "no effect" if not (flagged or caveated or refused or lost) else "pays" if net > 0 else "does not pay"
-        lines.append(f"| {name} | {flagged} | {caveated} | {refused} | {lost} | {net} | {verdict} |")
+        net = flagged + unrelated - caveated - refused - lost
+        changed = flagged or unrelated or caveated or refused or lost
+        verdict = "no effect" if not changed else "pays" if net > 0 else "does not pay"
+        lines.append(f"| {name} | {flagged} | {unrelated} | {caveated} | {refused} | {lost} | {net} | {verdict} |")
     return "\n".join(lines) + "\n"
 
 

@@ -351,6 +351,9 @@ def test_a_saved_backend_other_than_the_default_comes_back_without_an_error(
             "m => { const v = document.querySelector('#rp-model input').value; return m ? v.includes(m) : v === ''; }",
             arg=model,
         )
+        # The change's own events done (the status pill checked the new backend): a reload that aborts an event
+        # still in flight is logged by gradio's client as "Connection errored out", which is not the load's doing.
+        page.wait_for_selector("#rp-status-wrap .rp-status:not(:has-text('checking'))")
         page.wait_for_timeout(500)  # the settings are written to the browser
         reload(page)
         page.wait_for_function("b => document.querySelector('#rp-backend input').value === b", arg=backend)
