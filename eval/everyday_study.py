@@ -25,7 +25,7 @@ from rag_papers.chat import Engine
 from rag_papers.config import PROJECT_ROOT, Settings
 from rag_papers.evaluate import load_qa
 from rag_papers.judge import Question
-from rag_papers.judge.rules import RuleJudge, nearest_everyday
+from rag_papers.judge.rules import RuleJudge, judged_hits, nearest_everyday
 
 MARGINS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3)
 
@@ -50,8 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         result = engine.retrieve(q)
         if judge.judge(q, result).refused or result.query_vec is None or not result.results:
             continue
-        judged = sorted(result.results, key=lambda h: (-h.score, h.id))[: settings.top_k]
-        best = max(h.dense_score for h in judged)
+        best = max(h.dense_score for h in judged_hits(result, settings.top_k))
         if best < base.coverage.everyday_best:
             gaps.append((group(qa), nearest_everyday(embedder, result.query_vec) - best, qa.id))
     print(
@@ -70,5 +69,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     sys.exit(main())

@@ -55,6 +55,11 @@ def nearest_everyday(embedder: TextEmbedder, query_vec: list[float]) -> float:
     return float(np.max(held[1] @ q))
 
 
+def judged_hits(result: SearchResult, top_k: int) -> list[Hit]:
+    """The ``top_k`` best hits by the fused score, as retrieval decided relevance on them (a reranker's order aside)."""
+    return sorted(result.results, key=lambda h: (-h.score, h.id))[:top_k]
+
+
 class RuleJudge:
     """Today's rules behind the judge interface. ``quoting``: the answer quotes sentences (no LLM), so the verdict
     says which; otherwise it says which papers a model reads, and what of the question they leave out by names and
@@ -137,7 +142,7 @@ class RuleJudge:
         if result.relevant or not result.results or not q.only_facet or "only-facet" in self.settings.coverage.off:
             return result.relevant, list(result.above_floor)
         states = states_facet(q.text, q.only_facet, [], self.settings.coverage)
-        judged = sorted(result.results, key=lambda h: (-h.score, h.id))[: self.settings.top_k]
+        judged = judged_hits(result, self.settings.top_k)
         stated = [
             h.id
             for h in judged
@@ -154,8 +159,7 @@ class RuleJudge:
         c = self.settings.coverage
         if not c.everyday_margin or self.embedder is None or result.query_vec is None or not result.results:
             return False
-        judged = sorted(result.results, key=lambda h: (-h.score, h.id))[: self.settings.top_k]
-        best = max(h.dense_score for h in judged)
+        best = max(h.dense_score for h in judged_hits(result, self.settings.top_k))
         if best >= c.everyday_best:
             return False
         return nearest_everyday(self.embedder, result.query_vec) - best > c.everyday_margin
