@@ -161,6 +161,13 @@ KEEP_SETTINGS_JS = """(backend, model, top_k, year_from, year_to, venue, keyword
 # API take up to ``config.TopK``'s bound).
 SLIDER_TOP_K = 20
 _QUIET: dict[str, Any] = {"queue": False, "api_visibility": "private", "show_progress": "hidden"}
+# The events that take the model box's value: the server checks it (``ChatApp.resolve``, a refusal in words), not
+# gradio against the box's choices. A page load's status check (or "Check LLM") may change those choices in the
+# server's copy of the session while the page still holds the older value: a question sent meanwhile reached the
+# answer step with it, gradio refused it ("Value: llama3.2:3b is not in the list of choices: []") and no reply
+# came. Their other inputs are states, the backend (fixed choices, resolved too) and values the search step
+# before the answer has preprocessed from the same page.
+_MODEL_CHECKED_BY_SERVER: dict[str, Any] = {"preprocess": False}
 
 
 class Parts(SimpleNamespace):
@@ -1299,6 +1306,7 @@ class ChatApp:
                 concurrency_limit=4,
                 api_visibility="private",
                 show_progress="hidden",
+                **_MODEL_CHECKED_BY_SERVER,
             )
             answered.then(self.remember, [ui.state, ui.stored, ui.past_q], [ui.stored, ui.past], **_QUIET)
             return answered
@@ -1390,6 +1398,7 @@ class ChatApp:
             "concurrency_limit": 8,
             "api_visibility": "private",
             "show_progress": "hidden",
+            **_MODEL_CHECKED_BY_SERVER,
         }
         # The kept settings first (with the filters' choices now), then the models and the status for them (a
         # user's change of backend is .input: restoring one must not reset the model to the backend's default).
