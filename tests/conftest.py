@@ -303,6 +303,13 @@ def page(browser: Any) -> Iterator[Any]:
 VIEWPORTS = {"desktop": {"width": 1440, "height": 900}, "phone": {"width": 390, "height": 844}}
 
 
+# For a browser test whose subject does not depend on the page's width (a setting or a chat kept over a reload, a
+# wait reported, an export's text, a filter's effect): the desktop size only. The tests of layout, of what a
+# phone can reach and of reading order keep both sizes. Why: each size is a whole run of the test, and the
+# behaviour tests at the phone size were a sixth of the suite's time for no check of their own.
+one_size = pytest.mark.parametrize("screen", ["desktop"], indirect=True)
+
+
 @pytest.fixture(params=sorted(VIEWPORTS))
 def screen(request: pytest.FixtureRequest, browser: Any) -> Iterator[Any]:
     """A fresh page (a fresh gradio session) at each of the two sizes."""

@@ -22,6 +22,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from conftest import one_size
 from ollama_stub import OllamaStub
 from test_ui import BOT, STUB_MODEL, STUB_REPLY, Served, _copy_home, _serve, app_over_seeds, ask, open_app
 from test_ui_daylong import choose, open_settings
@@ -228,6 +229,7 @@ def remove_papers(page: Any, query: str, n: int) -> None:
 
 
 @pytest.mark.browser
+@one_size
 def test_the_filters_offer_the_venues_and_years_of_papers_added_and_removed_in_the_page(
     server: Served, screen: Any, watched: Watched, tmp_path: Path
 ) -> None:
@@ -314,6 +316,7 @@ def test_an_answer_whose_claims_fail_warns_first_and_folds_its_text(
 
 # ------------------------------------------------------------------ 3. no wait without another answer
 @pytest.mark.browser
+@one_size
 def test_no_wait_behind_other_answers_is_reported_when_none_runs(server: Served, screen: Any, watched: Watched) -> None:
     """Reported: "waited 361 ms behind other answers" with no other answer running (one tab, questions 3 s
     apart), copied into the export. Reproduced here on a link with 200 ms of latency each way, where the steps
@@ -343,6 +346,7 @@ def test_no_wait_behind_other_answers_is_reported_when_none_runs(server: Served,
 
 # ------------------------------------------------------------------ 4. a saved backend comes back quietly
 @pytest.mark.browser
+@one_size
 def test_a_saved_backend_other_than_the_default_comes_back_without_an_error(
     server: Served, screen: Any, watched: Watched
 ) -> None:
@@ -469,6 +473,7 @@ def test_axe_finds_no_wcag_violation_after_an_answer_with_a_citation_card_open(
 
 # ------------------------------------------------------------------ 6. a refusal under a filter says so first
 @pytest.mark.browser
+@one_size
 def test_a_refusal_under_a_filter_names_the_filter_first_and_once(
     server: Served, screen: Any, watched: Watched
 ) -> None:
@@ -489,6 +494,7 @@ def test_a_refusal_under_a_filter_names_the_filter_first_and_once(
 
 # ------------------------------------------------------------------ 7. the export keeps authors and links
 @pytest.mark.browser
+@one_size
 def test_the_markdown_export_keeps_authors_and_links(server: Served, screen: Any, watched: Watched) -> None:
     """Reported: the Markdown export dropped authors and links (TIDAL's url was lost)."""
     page = screen
@@ -505,6 +511,7 @@ def test_the_markdown_export_keeps_authors_and_links(server: Served, screen: Any
 
 # ------------------------------------------------------------------ 8. smaller
 @pytest.mark.browser
+@one_size
 def test_the_status_pill_shows_the_command_as_code_not_backticks(server: Served, screen: Any, watched: Watched) -> None:
     page = screen
     open_app(page, server.url)
@@ -514,6 +521,7 @@ def test_the_status_pill_shows_the_command_as_code_not_backticks(server: Served,
 
 
 @pytest.mark.browser
+@one_size
 def test_with_auto_and_no_ollama_the_model_box_names_no_model(server: Served, screen: Any, watched: Watched) -> None:
     """Reported: with backend auto and no Ollama, the model box showed llama3.2:3b, which answers nothing."""
     page = screen
@@ -527,6 +535,7 @@ def test_with_auto_and_no_ollama_the_model_box_names_no_model(server: Served, sc
 
 
 @pytest.mark.browser
+@one_size
 def test_show_rewritten_question_is_kept_after_a_reload(server: Served, screen: Any, watched: Watched) -> None:
     page = screen
     open_app(page, server.url)
@@ -545,6 +554,7 @@ def test_show_rewritten_question_is_kept_after_a_reload(server: Served, screen: 
 
 
 @pytest.mark.browser
+@one_size
 def test_edit_last_question_is_off_on_an_empty_chat(server: Served, screen: Any, watched: Watched) -> None:
     """Reported: "Edit last question" was enabled on an empty chat and did nothing."""
     page = screen
@@ -559,6 +569,7 @@ def test_edit_last_question_is_off_on_an_empty_chat(server: Served, screen: Any,
 
 
 @pytest.mark.browser
+@one_size
 def test_a_past_chat_search_with_no_match_says_so(server: Served, screen: Any, watched: Watched) -> None:
     page = screen
     open_app(page, server.url)
@@ -575,6 +586,7 @@ def test_a_past_chat_search_with_no_match_says_so(server: Served, screen: Any, w
 
 
 @pytest.mark.browser
+@one_size
 def test_a_venue_spelled_two_ways_is_offered_once_and_filters_both(
     server: Served, screen: Any, watched: Watched
 ) -> None:
@@ -612,6 +624,7 @@ def test_on_a_phone_the_model_name_stops_before_the_dropdown_arrow(
 
 
 @pytest.mark.browser
+@one_size
 def test_the_papers_sort_box_says_the_sort_the_list_has(server: Served, screen: Any, watched: Watched) -> None:
     """Reported: the sort box said "Best match" while the list said "sorted by title" (no search: nothing to
     rank by)."""
@@ -639,6 +652,7 @@ def test_the_papers_sort_box_says_the_sort_the_list_has(server: Served, screen: 
 
 
 @pytest.mark.browser
+@one_size
 def test_an_upload_leaves_the_console_clean(server: Served, screen: Any, watched: Watched, tmp_path: Path) -> None:
     """Reported: an upload logged "Method not implemented." in the console."""
     page = screen
@@ -653,6 +667,7 @@ def test_an_upload_leaves_the_console_clean(server: Served, screen: Any, watched
 
 # ------------------------------------------------------------------ 9. the demo model, bounded
 @pytest.mark.browser
+@one_size
 def test_the_demo_models_answer_is_bounded_and_the_pill_says_how_long_it_takes(
     demo_server: Served, screen: Any, watched: Watched, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -18,7 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from conftest import run_main
+from conftest import one_size, run_main
 from ollama_stub import OllamaStub
 from test_ui import BOT, Served, app_over_seeds, ask, open_app
 from test_ui_everyday import llm_server, llm_stub  # noqa: F401 - the Ollama stand-in and an app over it
@@ -55,6 +55,7 @@ def bot_count(page: Any, n: int) -> None:
 
 # ------------------------------------------------------------------ 1. the trash icon
 @pytest.mark.browser
+@one_size
 def test_the_trash_icon_starts_a_clean_conversation(server: Served, screen: Any) -> None:
     """Reported: the trash icon cleared the screen only; the next answer brought the cleared exchange back, the
     follow-up was still rewritten against ABBA, and the old sources stayed in the panel."""
@@ -74,6 +75,7 @@ def test_the_trash_icon_starts_a_clean_conversation(server: Served, screen: Any)
 
 # ------------------------------------------------------------------ 2. whole-word filters
 @pytest.mark.browser
+@one_size
 def test_the_keyword_filter_matches_whole_words_in_the_browser(server: Served, screen: Any) -> None:
     """Reported: with keyword "RNA", "what does ABBA claim?" answered from ABBA ("learnable" holds "rna")."""
     page = screen
@@ -164,6 +166,7 @@ def test_plain_text_drops_grouping_braces_and_writes_subscripts() -> None:
 
 
 @pytest.mark.browser
+@one_size
 def test_latex_leftovers_are_gone_from_answers_and_the_panel(server: Served, screen: Any) -> None:
     """Reported: "{FlashLLA}" kept its braces and "τ_max" its underscore, in answers and in the panel."""
     page = screen
@@ -289,6 +292,7 @@ def test_the_heading_never_fades_while_the_page_loads(
 
 # ------------------------------------------------------------------ 5. asking during an answer
 @pytest.mark.browser
+@one_size
 def test_ask_is_off_with_a_reason_while_an_answer_runs(
     llm_server: Served,  # noqa: F811 - test_ui_everyday's fixtures, imported above
     llm_stub: OllamaStub,  # noqa: F811
@@ -331,6 +335,7 @@ def choose(page: Any, elem_id: str, value: str) -> None:
 
 
 @pytest.mark.browser
+@one_size
 def test_settings_survive_a_reload_with_the_chat(server: Served, screen: Any) -> None:
     """Reported: the chat survived a reload, the chosen backend, model, top k and filters did not."""
     page = screen
@@ -482,6 +487,7 @@ def test_regenerate_edit_and_resend_and_past_chats_renamed_searched_deleted(serv
 
 
 @pytest.mark.browser
+@one_size
 def test_the_export_carries_claim_marks_venues_and_years(server: Served, screen: Any) -> None:
     page = screen
     open_app(page, server.url)
@@ -603,6 +609,7 @@ def _seconds(text: str) -> float:
 
 
 @pytest.mark.browser
+@one_size
 def test_the_wait_behind_another_session_is_shown_apart_from_the_first_token(
     gated_server: Served, browser: Any, screen: Any
 ) -> None:

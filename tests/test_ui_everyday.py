@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from conftest import VIEWPORTS
+from conftest import VIEWPORTS, one_size
 from ollama_stub import OllamaStub
 from test_ui import BOT, STUB_MODEL, STUB_REPLY, Served, app_over_seeds, ask, open_app
 
@@ -270,6 +270,7 @@ def demo_server(seeds_home: Path, embedder: object, tmp_path_factory: pytest.Tem
 
 
 @pytest.mark.browser
+@one_size
 def test_the_pill_is_amber_for_the_demo_model_and_the_model_box_names_defaults(
     demo_server: Served, screen: Any
 ) -> None:

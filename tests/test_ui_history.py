@@ -14,6 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from conftest import one_size
 from test_ui import BOT, Served, app_over_seeds, ask, open_app
 
 from rag_papers.llm import ExtractiveBackend
@@ -61,6 +62,7 @@ def past_chats(page: Any) -> list[str]:
 
 
 @pytest.mark.browser
+@one_size
 def test_a_three_turn_conversation_about_two_papers_survives_a_reload(server: Served, screen: Any) -> None:
     page = screen
     open_app(page, server.url)
@@ -92,6 +94,7 @@ def test_a_three_turn_conversation_about_two_papers_survives_a_reload(server: Se
 
 
 @pytest.mark.browser
+@one_size
 def test_past_chats_are_listed_reopened_and_deleted(server: Served, screen: Any) -> None:
     page = screen
     open_app(page, server.url)

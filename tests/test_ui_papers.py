@@ -222,7 +222,7 @@ def test_papers_tab_lists_searches_opens_and_asks(
 
 
 @pytest.mark.browser
-@pytest.mark.parametrize("size", VIEWPORTS, ids=["desktop", "phone"])
+@pytest.mark.parametrize("size", VIEWPORTS[:1], ids=["desktop"])  # behaviour, not layout (conftest.one_size)
 def test_papers_sort_links_and_hostile_titles(mixed_app: Served, browser: Any, size: tuple[int, int]) -> None:
     """Sorting by title, year and venue; a link only for an http(s) url; a title that is HTML shows as text."""
     context = _context(browser, size)
