@@ -19,6 +19,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from conftest import VIEWPORTS
 from test_ui import BOT, Served, _copy_home, _serve, app_over_seeds, ask, open_app
 from test_ui_safety import Markup, _choose
 
@@ -30,7 +31,6 @@ pytestmark = pytest.mark.filterwarnings(
 )
 
 PAGE = 15
-VIEWPORTS = [(1440, 900), (390, 844)]
 HOSTILE_TITLE = "Tomato <img src=x onerror=alert(1)> gardening in cold frames"
 EXTRA = [
     {
@@ -109,8 +109,8 @@ def mixed_index(seeded: Settings, embedder: object) -> Iterator[Any]:
     index.close()
 
 
-def _context(browser: Any, size: tuple[int, int], **kw: Any) -> Any:
-    context = browser.new_context(viewport={"width": size[0], "height": size[1]}, **kw)
+def _context(browser: Any, size: str, **kw: Any) -> Any:
+    context = browser.new_context(viewport=VIEWPORTS[size], **kw)
     context.set_default_timeout(30_000)
     return context
 
@@ -157,10 +157,8 @@ def open_row(page: Any, title: str) -> Any:
 
 # ------------------------------------------------------------------ browser tests
 @pytest.mark.browser
-@pytest.mark.parametrize("size", VIEWPORTS, ids=["desktop", "phone"])
-def test_papers_tab_lists_searches_opens_and_asks(
-    seeds_app: Served, browser: Any, size: tuple[int, int], seeded: Settings
-) -> None:
+@pytest.mark.parametrize("size", sorted(VIEWPORTS))
+def test_papers_tab_lists_searches_opens_and_asks(seeds_app: Served, browser: Any, size: str, seeded: Settings) -> None:
     """Every seed paper a page at a time, a search that narrows, an abstract opened, then asked about in the chat."""
     from rag_papers.index import Index
 
@@ -222,8 +220,8 @@ def test_papers_tab_lists_searches_opens_and_asks(
 
 
 @pytest.mark.browser
-@pytest.mark.parametrize("size", VIEWPORTS[:1], ids=["desktop"])  # behaviour, not layout (conftest.one_size)
-def test_papers_sort_links_and_hostile_titles(mixed_app: Served, browser: Any, size: tuple[int, int]) -> None:
+@pytest.mark.parametrize("size", ["desktop"])  # behaviour, not layout (conftest.one_size)
+def test_papers_sort_links_and_hostile_titles(mixed_app: Served, browser: Any, size: str) -> None:
     """Sorting by title, year and venue; a link only for an http(s) url; a title that is HTML shows as text."""
     context = _context(browser, size)
     page = context.new_page()
@@ -275,7 +273,7 @@ def test_papers_sort_links_and_hostile_titles(mixed_app: Served, browser: Any, s
 @pytest.mark.browser
 def test_derived_titles_and_copy_reference(mixed_app: Served, browser: Any) -> None:
     """A derived title is labelled, with its first sentence; "Copy reference" copies one line, with either clipboard way."""
-    context = _context(browser, (1440, 900))
+    context = _context(browser, "desktop")
     origin = re.match(r"https?://[^/]+", mixed_app.url)
     assert origin is not None
     context.grant_permissions(["clipboard-read", "clipboard-write"], origin=origin.group())
@@ -333,7 +331,7 @@ def test_derived_titles_and_copy_reference(mixed_app: Served, browser: Any) -> N
 @pytest.mark.browser
 def test_suggested_questions_in_the_chat(seeds_app: Served, browser: Any) -> None:
     """Three suggestions of three kinds; one sent from the chat answers with citations."""
-    context = _context(browser, (1440, 900))
+    context = _context(browser, "desktop")
     page = context.new_page()
     open_app(page, seeds_app.url)
     chat = page.locator("#rp-chat")
