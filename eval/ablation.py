@@ -9,10 +9,13 @@ blind and scored once before later rules were chosen on it; never rounds 1 to 3'
 the question is retrieved once as ``Engine.ask`` retrieves it, and then judged by the rule judge with no LLM (the
 quoting answer) once with every rule on and once with each rule off (``coverage.off``, or the rule's own threshold
 at 0). The report (``ablation.md``, ``ablation.json``) gives, per rule, what switching it off changes: near-misses
-flagged (refused, or caveated: a line said first), answerable questions caveated or refused, and answerable
-questions whose gold paper is cited. A rule pays for itself when it flags more near-misses than it costs
-answerable questions (caveated, refused, or gold lost); one that changes nothing, or costs more than it flags,
-does not. Embeddings are computed once per text (``Memo``), so every configuration judges the same evidence.
+flagged (refused, or caveated: a line said first) and refused, unrelated questions refused, answerable questions
+caveated or refused, answerable questions whose gold paper is cited, and answerable questions asking for a facet
+(the data, the limitations, ...) whose quotes state it. An outcome counts by how far it goes, a caveat 1 and a
+refusal 2: a gain for a near-miss, a cost for an answerable question. A rule pays for itself when what it buys
+(near-misses flagged and refused, unrelated questions refused, facets quoted) is more than what it costs
+(answerable questions caveated and refused, gold lost); one that changes nothing, or costs more than it buys, does
+not. Embeddings are computed once per text (``Memo``), so every configuration judges the same evidence.
 """
 
 from __future__ import annotations
@@ -21,21 +24,21 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, get_args
 
 from rag_papers.chat import Engine
-from rag_papers.config import PROJECT_ROOT, RuleName, Settings
+from rag_papers.config import PROJECT_ROOT, CoverageSettings, RuleName, Settings
 from rag_papers.evaluate import Question as QA
 from rag_papers.evaluate import load_qa
 from rag_papers.judge import Question
+from rag_papers.judge.aspects import states_facet
 from rag_papers.judge.rules import RuleJudge
 
 # The rules switched off by a threshold of their own (0: off), beside those ``coverage.off`` names.
 THRESHOLD_RULES = {
     "loose-match": "loose_match",
-    "loose-sentence": "loose_sentence",
     "flat-lift": "flat_lift",
     "everyday": "everyday_margin",
 }
@@ -93,22 +96,35 @@ def variants(base: Settings, names: list[str]) -> Iterator[tuple[str, Settings]]
         yield name, base.model_copy(update={"coverage": cov})
 
 
-def outcome(judge: RuleJudge, q: Question, result: Any, gold: set[str]) -> tuple[bool, bool, bool]:
-    """(refused, caveated, gold cited) as the quoting answer would have them."""
+Outcome = tuple[bool, bool, bool, bool]
+
+
+def outcome(
+    judge: RuleJudge, q: Question, result: Any, gold: set[str], states: Callable[[str], bool] | None
+) -> Outcome:
+    """(refused, caveated, gold cited, facet quoted) as the quoting answer would have them. ``states``: the test of
+    a sentence stating the facet the question asks for (None: it asks for none), the same for every configuration."""
     v = judge.judge(q, result)
     cited = {pid for pid, _ in v.quotes}
-    return v.refused, (not v.refused) and v.caveat is not None, bool(cited & gold)
+    quoted = states is not None and not v.refused and any(states(text) for _, text in v.quotes)
+    return v.refused, (not v.refused) and v.caveat is not None, bool(cited & gold), quoted
 
 
-def tally(rows: list[tuple[str, tuple[bool, bool, bool]]]) -> dict[str, dict[str, int]]:
+def facet_states(q: Question, rules: CoverageSettings) -> Callable[[str], bool] | None:
+    """The sentence test of the facet ``q`` asks for, by the rules' own test with every rule on; None: no facet."""
+    return states_facet(q.text, q.facet, q.named, rules) if q.facet is not None else None
+
+
+def tally(rows: list[tuple[str, Outcome]]) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
-    for g, (refused, caveated, cited) in rows:
-        t = out.setdefault(g, {"n": 0, "refused": 0, "caveated": 0, "flagged": 0, "gold_cited": 0})
+    for g, (refused, caveated, cited, quoted) in rows:
+        t = out.setdefault(g, {"n": 0, "refused": 0, "caveated": 0, "flagged": 0, "gold_cited": 0, "facet_quoted": 0})
         t["n"] += 1
         t["refused"] += refused
         t["caveated"] += caveated
         t["flagged"] += refused or caveated
         t["gold_cited"] += cited
+        t["facet_quoted"] += quoted
     return out
 
 
@@ -138,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     prepared = []
     for i, qa in enumerate(questions, 1):
         q = Question.parse(qa.question, settings.coverage)
-        prepared.append((qa, q, engine.retrieve(q)))
+        prepared.append((qa, q, engine.retrieve(q), facet_states(q, settings.coverage)))
         if i % 250 == 0:
             print(f"  retrieved {i}/{len(questions)}", file=sys.stderr)
     print(f"retrieved {len(questions)} questions in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
@@ -146,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, variant in variants(settings, names):
         t1 = time.perf_counter()
         judge = RuleJudge(variant, memo, engine.index.name_df, quoting=True)
-        rows = [(group(qa), outcome(judge, q, result, set(qa.gold))) for qa, q, result in prepared]
+        rows = [(group(qa), outcome(judge, q, result, set(qa.gold), states)) for qa, q, result, states in prepared]
         report["rules"][name] = tally(rows)
         print(f"  {name}: {time.perf_counter() - t1:.0f} s", file=sys.stderr)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -156,40 +172,66 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def buys(report: dict[str, Any], name: str) -> dict[str, int]:
+    """What rule ``name`` buys: each count with every rule on less the count with ``name`` off, and its net.
+
+    An outcome counts by how far it goes, a caveat 1 and a refusal 2 (so a near-miss refused instead of caveated
+    is a gain, an answerable question refused instead of caveated a cost): net = near-misses flagged + near-misses
+    refused + unrelated refused + facets quoted - answerable caveated - 2 x answerable refused - gold lost."""
+    base, t = report["rules"]["all rules"], report["rules"][name]
+    empty = {"n": 0, "refused": 0, "caveated": 0, "flagged": 0, "gold_cited": 0, "facet_quoted": 0}
+
+    def delta(g: str, key: str) -> int:
+        return int(base.get(g, empty).get(key, 0)) - int(t.get(g, empty).get(key, 0))
+
+    out = {
+        "flagged": delta("near-miss", "flagged"),
+        "near_refused": delta("near-miss", "refused"),
+        "unrelated": delta("off-topic", "refused"),
+        "caveated": delta("answerable", "caveated"),
+        "refused": delta("answerable", "refused"),
+        "lost": -delta("answerable", "gold_cited"),  # gold the rule loses (cited without it, not with it)
+        "facet": delta("answerable", "facet_quoted"),
+    }
+    gain = out["flagged"] + out["near_refused"] + out["unrelated"] + out["facet"]
+    out["net"] = gain - out["caveated"] - 2 * out["refused"] - out["lost"]
+    return out
+
+
 def markdown(report: dict[str, Any]) -> str:
     base = report["rules"]["all rules"]
-    ans, near = base["answerable"], base.get("near-miss", {"n": 0, "flagged": 0})
+    ans, near = base["answerable"], base.get("near-miss", {"n": 0, "flagged": 0, "refused": 0})
     off = base.get("off-topic", {"n": 0, "refused": 0})
     lines = [
         "# What each rule buys (eval/ablation.py)",
         "",
         f"{report['questions']} read questions (dev of rounds 1 to 3, rounds 4 to {LAST_READ_ROUND}), judged with no LLM."
-        f" With every rule: near-misses flagged {near['flagged']} of {near['n']}, answerable caveated"
-        f" {ans['caveated']} and refused {ans['refused']} of {ans['n']}, gold cited {ans['gold_cited']}, unrelated"
-        f" questions refused {off['refused']} of {off['n']}.",
+        f" With every rule: near-misses flagged {near['flagged']} (refused {near['refused']}) of {near['n']},"
+        f" answerable caveated {ans['caveated']} and refused {ans['refused']} of {ans['n']}, gold cited"
+        f" {ans['gold_cited']}, facet asked for quoted {ans.get('facet_quoted', 0)}, unrelated questions refused"
+        f" {off['refused']} of {off['n']}.",
         "",
-        "Each row switches one rule off. Its columns say what the rule buys: the near-misses it flags, the unrelated"
-        " questions it refuses, the answerable questions it caveats or refuses, the gold papers it costs (or saves:"
-        " negative). net = flagged + unrelated refused - caveated - refused - gold lost; a rule pays for itself when"
-        " net > 0.",
+        "Each row switches one rule off. Its columns say what the rule buys: the near-misses it flags and those it"
+        " refuses (rather than caveats), the unrelated questions it refuses, the answerable questions asking for a"
+        " facet whose quotes state it, the answerable questions it caveats or refuses, the gold papers it costs (or"
+        " saves: negative). An outcome counts by how far it goes, a caveat 1 and a refusal 2: net = near-misses"
+        " flagged + near-misses refused + unrelated refused + facets quoted - answerable caveated - 2 x answerable"
+        " refused - gold lost; a rule pays for itself when net > 0.",
         "",
-        "| rule | near-misses flagged | unrelated refused | answerable caveated | answerable refused | gold cited lost"
-        " | net | verdict |",
-        "|---|---|---|---|---|---|---|---|",
+        "| rule | near-misses flagged | near-misses refused | unrelated refused | facet quoted | answerable caveated"
+        " | answerable refused | gold cited lost | net | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for name, t in report["rules"].items():
+    for name in report["rules"]:
         if name == "all rules":
             continue
-        a, nm = t["answerable"], t.get("near-miss", {"flagged": 0})
-        flagged = near["flagged"] - nm["flagged"]
-        unrelated = off["refused"] - t.get("off-topic", {"refused": 0})["refused"]
-        caveated = ans["caveated"] - a["caveated"]
-        refused = ans["refused"] - a["refused"]
-        lost = a["gold_cited"] - ans["gold_cited"]  # gold the rule loses (cited without it, not with it)
-        net = flagged + unrelated - caveated - refused - lost
-        changed = flagged or unrelated or caveated or refused or lost
-        verdict = "no effect" if not changed else "pays" if net > 0 else "does not pay"
-        lines.append(f"| {name} | {flagged} | {unrelated} | {caveated} | {refused} | {lost} | {net} | {verdict} |")
+        b = buys(report, name)
+        changed = any(v for k, v in b.items() if k != "net")
+        verdict = "no effect" if not changed else "pays" if b["net"] > 0 else "does not pay"
+        lines.append(
+            f"| {name} | {b['flagged']} | {b['near_refused']} | {b['unrelated']} | {b['facet']} | {b['caveated']}"
+            f" | {b['refused']} | {b['lost']} | {b['net']} | {verdict} |"
+        )
     return "\n".join(lines) + "\n"
 
 

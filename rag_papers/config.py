@@ -163,15 +163,6 @@ class CoverageSettings(BaseModel):
         description="Hybrid relevance under which an answer says first that the abstracts match the question only "
         "loosely (0: never).",
     )
-    # Chosen on rounds 4-21 of eval/qa.jsonl (all read): under loose_match, 12 answerable questions had such a
-    # sentence and no near-miss without an unknown name did (the closest, 0.399); 0 turns it off.
-    loose_sentence: float = Field(
-        default=0.42,
-        ge=0,
-        le=1,
-        description="Hybrid: a relevant result under loose_match is answered without the loose-match line when a "
-        "sentence of one of its first three papers has this cosine to the question or more (0: never).",
-    )
     # Chosen on the read rounds of eval/qa.jsonl (dev of 1-3, 4-26 and the topic round 27) before round 28 (topics,
     # blind) was scored; docs/design-notes.md ("Topic near-misses") has the figures. 0 turns it off.
     flat_lift: float = Field(

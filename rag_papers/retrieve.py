@@ -284,9 +284,8 @@ class SearchResult:
     filter_reason: str | None = None  # what excluded them, in words, when ``filtered_out``
     # The hits that reach the relevance floor on their own (a "which papers" answer lists each of them).
     above_floor: list[str] = field(default_factory=list)
-    # In the bands where one sentence may decide (``Retriever._sentence_band``: just under the floor, or relevant
-    # under ``loose_match``): the best cosine of a quotable sentence of the first papers to the question; None where
-    # it was not looked at.
+    # In the band where one sentence may decide (``Retriever._sentence_band``: just under the floor): the best
+    # cosine of a quotable sentence of the first papers to the question; None where it was not looked at.
     sentence_match: float | None = None
     # The query's vector (first model) as the search embedded it, for ``Engine.lift``: not embedded twice per ask.
     query_vec: list[float] | None = field(default=None, repr=False, compare=False)
@@ -458,14 +457,11 @@ class Retriever:
         )
 
     def _sentence_band(self, relevance: float, relevant: bool) -> bool:
-        """Whether one sentence may decide: a result under the floor may still pass on it (``sentence_match``),
-        and a relevant one under ``loose_match`` is no loose match with it (``loose_sentence``). Hybrid only, as
-        the bands are in the hybrid relevance's units, and never where a reranker's floor decides."""
+        """Whether one sentence may decide: a result just under the floor may still pass on it (``sentence_match``).
+        Hybrid only, as the band is in the hybrid relevance's units, and never where a reranker's floor decides."""
         s = self.settings
-        if not s.fused_relevance:
+        if relevant or not s.fused_relevance:
             return False
-        if relevant:
-            return bool(s.coverage.loose_sentence) and relevance < s.coverage.loose_match
         return bool(s.sentence_match) and s.sentence_match_from <= relevance < s.min_score
 
     def _best_sentences(self, vec: list[float], hits: list[Hit], papers: dict[str, Paper]) -> dict[str, float]:

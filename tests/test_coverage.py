@@ -713,30 +713,26 @@ def test_keyword_only_retrieval_has_no_lift(engine: Engine) -> None:
     assert LOOSE_MATCH not in bm25.ask(q, ExtractiveBackend(bm25.settings)).run().uncovered
 
 
-def test_a_loose_match_with_a_close_sentence_is_answered_plainly(engine: Engine) -> None:
-    """Read rounds 4 to 21: of the questions under ``loose_match``, 12 answerable ones had a sentence of their first
-    three papers at cosine 0.42 or more to the question, and no near-miss without an unknown name did (the closest,
-    0.399: "why does my AI image generator mess up hands and fingers?"). Such a sentence is the claim asked about,
-    in other words: the match is not loose. A lay near-miss in the same band keeps the line."""
+def test_a_loose_match_is_said_however_close_one_sentence_is(engine: Engine) -> None:
+    """A relevant result under ``loose_match`` gets the loose-match line whatever its best sentence. A close sentence
+    of the first papers (cosine 0.42 or more) used to spare it: on the read rounds that saved 4 answerable
+    questions their caveat (this first one, read round 21, among them) and left 2 near-misses plain and 3 only
+    caveated, which the line and the unknown-names refusal now flag and refuse (eval/results/ablation-final.md):
+    the rule did not pay for itself and went. Read round 35's q5513, a near-miss (no abstract distils vision
+    transformers) relevant by its sentence at 0.43 (``sentence_match``), was answered plainly."""
     s = engine.settings
-    q = (
+    for q in (
+        "Which papers distill large vision transformers into smaller student models?",
         "When an AI assistant tries to tailor its answer to someone it has never chatted with before, does that "
-        "actually turn out better than just giving everyone the same answer?"
-    )
-    result = engine.search(q)
-    assert result.relevant and s.min_score <= result.relevance < s.coverage.loose_match, result.relevance
-    assert result.sentence_match is not None and result.sentence_match >= s.coverage.loose_sentence, (
-        result.sentence_match
-    )
-    ans = engine.ask(q, ExtractiveBackend(s)).run()
-    assert not ans.refused and ans.uncovered == [] and ans.caveat is None, ans.uncovered
+        "actually turn out better than just giving everyone the same answer?",
+    ):
+        result = engine.search(q)
+        assert result.relevant and result.relevance < s.coverage.loose_match, result.relevance
+        ans = engine.ask(q, ExtractiveBackend(s)).run()
+        assert not ans.refused and LOOSE_MATCH in ans.uncovered and ans.caveat, (q, ans.uncovered)
     near = "Why do translation apps get idioms and slang so wrong?"
     result = engine.search(near)
-    assert (
-        result.relevant
-        and result.relevance < s.coverage.loose_match
-        and (result.sentence_match or 0) < s.coverage.loose_sentence
-    )
+    assert result.relevant and result.relevance < s.coverage.loose_match
     assert LOOSE_MATCH in engine.ask(near, ExtractiveBackend(s)).run().uncovered
 
 
@@ -827,9 +823,8 @@ def test_a_loose_match_on_names_no_abstract_has_is_refused(engine: Engine) -> No
     # Any backend: decided before a model is asked.
     fake = FakeBackend()
     assert engine.ask(q, fake).run().refused and fake.calls == []
-    # One name the abstracts have: answered, with the unknown one said first (loose by relevance alone here).
-    by_relevance = Engine(with_coverage(s, loose_sentence=0.0), engine.index)
-    anchored = by_relevance.ask("Does the LoRA alternative with the Hadamard product beat QLoRA?", ExtractiveBackend(s))
+    # One name the abstracts have: answered, with the unknown one said first (loose by its relevance).
+    anchored = engine.ask("Does the LoRA alternative with the Hadamard product beat QLoRA?", ExtractiveBackend(s))
     kept = anchored.run()
     assert not kept.refused and kept.uncovered == ["QLoRA", LOOSE_MATCH], kept.uncovered
     assert kept.answer.startswith("No indexed abstract mentions QLoRA, and the abstracts match the question only")

@@ -165,17 +165,16 @@ class RuleJudge:
         return nearest_everyday(self.embedder, result.query_vec) - best > c.everyday_margin
 
     def loose(self, q: Question, result: SearchResult) -> bool:
-        """Whether the papers were found relevant only just: hybrid relevance under ``loose_match`` and no sentence of
-        the first papers as close to the question as ``loose_sentence`` (the claim asked about, in other words); or a
-        topic no abstract is about, asked in technical words, whose nearest papers stand barely above the field
+        """Whether the papers were found relevant only just: hybrid relevance under ``loose_match``; or a topic no
+        abstract is about, asked in technical words, whose nearest papers stand barely above the field
         (``flat_lift``: "Which papers tackle over-smoothing in deep graph neural networks?"), unless it names
-        something an indexed abstract has."""
+        something an indexed abstract has. (A close sentence of the first papers once spared the first: it did not
+        pay for itself on the read questions, eval/results/ablation-final.md.)"""
         s, c = self.settings, self.settings.coverage
         if not s.fused_relevance:
             return False  # another scale: the floor is the only call
         relevant, _ = self.relevant(q, result)
-        close = c.loose_sentence and (result.sentence_match or 0.0) >= c.loose_sentence
-        loose = result.relevance < c.loose_match and not close
+        loose = result.relevance < c.loose_match
         flat = result.lift is not None and result.lift < c.flat_lift and q.technical(c)
         return relevant and (loose or (flat and not self._anchored(q)))
 
