@@ -4,8 +4,9 @@ Run from a checkout, after `rag-papers ingest` of the seeds into the data direct
 
     .venv/bin/python eval/ablation.py [--home DIR] [--out eval/results] [--limit N] [--rules a,b,...]
 
-For every question of eval/qa.jsonl's read part (the dev part of rounds 1 to 3, and rounds 4 to 32: each written
-blind and scored once before later rules were chosen on it; never rounds 1 to 3's test part, never a later round),
+For every question of eval/qa.jsonl's read part (the dev part of rounds 1 to 3, and rounds 4 to
+``LAST_READ_ROUND``: each written blind and scored once before later rules were chosen on it; never rounds 1 to 3's
+test part, never a later round),
 the question is retrieved once as ``Engine.ask`` retrieves it, and then judged by the rule judge with no LLM (the
 quoting answer) once with every rule on and once with each rule off (``coverage.off``, or the rule's own threshold
 at 0). The report (``ablation.md``, ``ablation.json``) gives, per rule, what switching it off changes: near-misses
@@ -43,7 +44,7 @@ THRESHOLD_RULES = {
     "everyday": "everyday_margin",
 }
 TEST_ROUNDS = (1, 2, 3)  # their test part is never read here
-LAST_READ_ROUND = 35  # later rounds are held out until the end (rounds 33 to 35: read when issue 46 was scored)
+LAST_READ_ROUND = 35  # later rounds are held out (rounds 33 to 35: read when issue 46 was scored; 36: its last check)
 
 
 class Memo:
