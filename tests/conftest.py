@@ -7,6 +7,7 @@ either ``FakeBackend`` below or the Ollama stand-in server in ``ollama_stub.py``
 from __future__ import annotations
 
 import fcntl
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -15,6 +16,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -142,6 +144,17 @@ def run_folder(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
     path = shared / name
     path.mkdir(exist_ok=True)
     return path
+
+
+def eval_script(name: str) -> ModuleType:
+    """``eval/NAME.py`` loaded as a module (eval/ is no package): registered in ``sys.modules`` first, as a
+    dataclass it defines looks its module up there."""
+    spec = importlib.util.spec_from_file_location(name, PROJECT_ROOT / "eval" / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="session")

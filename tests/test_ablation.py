@@ -3,13 +3,12 @@ reads only the read rounds."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from conftest import eval_script
 
 from rag_papers.evaluate import load_qa
 
@@ -18,12 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def ablation() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("ablation", ROOT / "eval" / "ablation.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return eval_script("ablation")
 
 
 def _tally(refused: int, caveated: int, gold: int = 0, facet: int = 0, n: int = 100) -> dict[str, int]:

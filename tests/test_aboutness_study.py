@@ -3,28 +3,22 @@ pairwise one, and its cross-validation never scores a paper its head was trained
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 import pytest
+from conftest import eval_script
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
 def study() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("aboutness_study", ROOT / "eval" / "aboutness_study.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks its module up there
-    spec.loader.exec_module(module)
-    return module
+    return eval_script("aboutness_study")
 
 
 def test_it_reads_no_test_question_of_rounds_1_to_3_and_nothing_of_round_32_on(study: ModuleType) -> None:
