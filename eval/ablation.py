@@ -71,6 +71,15 @@ class Memo:
         return getattr(self.inner, name)
 
 
+def read_rounds(path: Path) -> dict[str, int]:
+    """Each question's writing round, by id (a line without one is of round 1)."""
+    return {
+        (obj := json.loads(line))["id"]: int(obj.get("round", 1))
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    }
+
+
 def read_part(qa: list[QA], rounds: dict[str, int]) -> list[QA]:
     """The read questions: dev of rounds 1 to 3, all of rounds 4 to ``LAST_READ_ROUND``."""
     out = []
@@ -98,6 +107,7 @@ def variants(base: Settings, names: list[str]) -> Iterator[tuple[str, Settings]]
 
 
 Outcome = tuple[bool, bool, bool, bool]
+COUNTS = ("n", "refused", "caveated", "flagged", "gold_cited", "facet_quoted")  # each group's tally (``tally``)
 
 
 def outcome(
@@ -119,7 +129,7 @@ def facet_states(q: Question, rules: CoverageSettings) -> Callable[[str], bool] 
 def tally(rows: list[tuple[str, Outcome]]) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for g, (refused, caveated, cited, quoted) in rows:
-        t = out.setdefault(g, {"n": 0, "refused": 0, "caveated": 0, "flagged": 0, "gold_cited": 0, "facet_quoted": 0})
+        t = out.setdefault(g, dict.fromkeys(COUNTS, 0))
         t["n"] += 1
         t["refused"] += refused
         t["caveated"] += caveated
@@ -138,11 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     settings = Settings(**({"home": args.home} if args.home else {}))
     path = PROJECT_ROOT / "eval" / "qa.jsonl"
-    rounds = {
-        (obj := json.loads(line))["id"]: int(obj.get("round", 1))
-        for line in path.read_text(encoding="utf-8").splitlines()
-        if line.strip()
-    }
+    rounds = read_rounds(path)
     questions = read_part(load_qa(path), rounds)
     if args.limit:
         step = max(1, len(questions) // args.limit)
@@ -180,7 +186,7 @@ def buys(report: dict[str, Any], name: str) -> dict[str, int]:
     is a gain, an answerable question refused instead of caveated a cost): net = near-misses flagged + near-misses
     refused + unrelated refused + facets quoted - answerable caveated - 2 x answerable refused - gold lost."""
     base, t = report["rules"]["all rules"], report["rules"][name]
-    empty = {"n": 0, "refused": 0, "caveated": 0, "flagged": 0, "gold_cited": 0, "facet_quoted": 0}
+    empty = dict.fromkeys(COUNTS, 0)
 
     def delta(g: str, key: str) -> int:
         return int(base.get(g, empty).get(key, 0)) - int(t.get(g, empty).get(key, 0))

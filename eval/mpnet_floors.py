@@ -9,8 +9,7 @@ model: a question's (or a description's) best sentence in a paper, a paper's lif
 cosines run on another scale, so its preset needs its own floors. Each is mapped by quantile: on the dev questions of
 eval/qa.jsonl (rounds 1 to 3), the same pairs are scored by both models, and mpnet's floor is the cosine at the same
 share of pairs as MiniLM's floor. Pairs: each dev question against the sentences of its first three papers (its best
-sentence per paper: ``quoting.floor``, ``quoting.list_floor``, ``sentence_match``); each
-description phrase
+sentence per paper: ``quoting.floor``, ``quoting.list_floor``, ``sentence_match``); each description phrase
 against the same sentences (``coverage.describe_floor``); each question's lift (``coverage.flat_lift``).
 """
 

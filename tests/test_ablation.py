@@ -78,14 +78,8 @@ def test_a_rule_that_caveats_more_answerable_questions_than_it_flags_does_not_pa
 
 def test_it_reads_only_the_read_rounds(ablation: ModuleType) -> None:
     """Never rounds 1 to 3's test part, never a round after ``LAST_READ_ROUND``."""
-    import json
-
     path = ROOT / "eval" / "qa.jsonl"
-    rounds = {
-        (obj := json.loads(line))["id"]: int(obj.get("round", 1))
-        for line in path.read_text(encoding="utf-8").splitlines()
-        if line.strip()
-    }
+    rounds = ablation.read_rounds(path)
     read = ablation.read_part(load_qa(path), rounds)
     assert read and all(rounds[q.id] <= ablation.LAST_READ_ROUND for q in read)
     assert not [q for q in read if rounds[q.id] in ablation.TEST_ROUNDS and q.split == "test"]
